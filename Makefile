@@ -1,0 +1,39 @@
+# rewardloop: `make run` (the default 3-iteration loop on the embedded tiny model), `make test`.
+# Both create .venv with the exact dependency versions of constraints.txt on first use.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+CORES ?= 2
+
+.PHONY: venv run test test-fast lint dry-run bench clean-results
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test]'
+	touch $@
+
+run: $(STAMP)
+	$(BIN)/snakemake --cores $(CORES)
+
+dry-run: $(STAMP)
+	$(BIN)/snakemake -n
+
+lint: $(STAMP)
+	$(BIN)/snakemake --lint
+
+test: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest
+
+test-fast: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -m "not workflow"
+
+bench: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python bench/run_all.py
+
+clean-results:
+	rm -rf results .snakemake

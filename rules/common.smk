@@ -1,0 +1,64 @@
+# Input functions and helpers shared by the rules. Iteration 0 is the only special case: it
+# samples from and trains on the base model (plus model.init_lora when given).
+
+from rewardloop.config import stage_config
+from rewardloop.models import LORA_WEIGHTS
+
+
+wildcard_constraints:
+    it=r"\d{3}",
+
+
+RESULTS = "results"
+
+
+def iter_dir(it):
+    return f"{RESULTS}/iter_{int(it):03d}"
+
+
+def checkpoint_dir(it):
+    return f"{iter_dir(it)}/checkpoint"
+
+
+def all_targets():
+    iterations = range(config["iterations"])
+    return [f"{RESULTS}/base/eval.parquet"] + [f"{iter_dir(it)}/eval.parquet" for it in iterations]
+
+
+def base_model_input(wildcards):
+    """The base model folder when a rule of this workflow builds it; a user's model is checked at startup."""
+    return [config["model"]["path"]] if config["model"]["build_tiny"] else []
+
+
+def previous_lora_dir(wildcards):
+    """model(it-1)'s LoRA folder, or None when iteration 0 starts from the bare base model."""
+    it = int(wildcards.it)
+    return checkpoint_dir(it - 1) if it > 0 else config["model"]["init_lora"]
+
+
+def previous_lora_input(wildcards):
+    folder = previous_lora_dir(wildcards)
+    return [f"{folder}/{LORA_WEIGHTS}"] if folder else []
+
+
+def job_resources(extra_mem_mb=0):
+    return {
+        "mem_mb": config["resources"]["mem_mb"] + extra_mem_mb,
+        "runtime": config["resources"]["runtime"],
+    }
+
+
+def train_dir(wildcards):
+    return f"{iter_dir(wildcards.it)}/train"
+
+
+def train_state_dir(wildcards):
+    return f"{train_dir(wildcards)}/state"
+
+
+def checkpoint_dir_of(wildcards):
+    return checkpoint_dir(wildcards.it)
+
+
+def iteration_of(wildcards):
+    return int(wildcards.it)

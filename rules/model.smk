@@ -1,0 +1,19 @@
+# The embedded tiny model: built and briefly pretrained once, offline, on synthetic data.
+
+
+rule build_tiny_model:
+    output:
+        model=directory(config["model"]["path"]),
+    params:
+        tiny=config["tiny"],
+    log:
+        f"{RESULTS}/logs/build_tiny_model.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/build_tiny_model.tsv"
+    threads: config["resources"]["threads"]
+    resources:
+        **job_resources(),
+    conda:
+        "../envs/rewardloop.yaml"
+    script:
+        "../scripts/build_tiny_model.py"

@@ -1,0 +1,14 @@
+"""Snakemake entry point of rules eval and eval_base."""
+from rewardloop.snakemake_job import job
+
+with job(snakemake):  # noqa: F821
+    from rewardloop.stages import evaluate
+
+    evaluate.run(
+        snakemake.params.cfg,
+        snakemake.params.iteration,
+        snakemake.params.lora_dir,
+        snakemake.output.table,
+        snakemake.output.metrics,
+        threads=snakemake.threads,
+    )

@@ -1,0 +1,15 @@
+"""Snakemake entry point of rule generate."""
+from rewardloop.snakemake_job import iteration, job
+
+with job(snakemake):  # noqa: F821  (snakemake is injected by the script directive)
+    from rewardloop.stages import generate
+
+    generate.run(
+        snakemake.params.cfg,
+        iteration(snakemake),
+        snakemake.params.lora_dir,
+        snakemake.output.samples,
+        snakemake.output.latents,
+        snakemake.output.metrics,
+        threads=snakemake.threads,
+    )

@@ -1,0 +1,7 @@
+"""Snakemake entry point of rule score."""
+from rewardloop.snakemake_job import job
+
+with job(snakemake):  # noqa: F821
+    from rewardloop.stages import score
+
+    score.run(snakemake.params.cfg, snakemake.input.samples, snakemake.output.scores, snakemake.output.metrics)

@@ -1,0 +1,3 @@
+"""rewardloop: iterative online reward fine-tuning of text-to-image diffusion models."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,146 @@
+"""Atomic, provenance-stamped artifact I/O: Parquet tables, safetensors tensors, JSON metrics.
+
+Every write goes to a temporary file in the destination folder and is renamed into place, so a
+killed job never leaves a file that looks finished. Every table carries provenance in its Parquet
+schema metadata under the key ``rewardloop`` (a JSON object).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Iterable, Iterator, Mapping
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from rewardloop import __version__
+
+PROVENANCE_KEY = b"rewardloop"
+TEMP_PREFIX = ".tmp-"
+
+
+class ArtifactError(ValueError):
+    """An artifact on disk is missing, unreadable or does not match its contract."""
+
+
+def config_hash(cfg: Mapping) -> str:
+    """Stable short hash of a (JSON-serialisable) config mapping."""
+    blob = json.dumps(cfg, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def provenance(stage_config: Mapping, iteration: int | None, model_ref: str | None) -> dict:
+    return {
+        "config_hash": config_hash(stage_config),
+        "iteration": iteration,
+        "model": model_ref,
+        "rewardloop_version": __version__,
+    }
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; rename it onto ``path`` only if the block succeeds."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX + path.name + ".", dir=path.parent)
+    os.close(fd)
+    tmp = Path(tmp)
+    try:
+        yield tmp
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_table(table: pa.Table, path: str | os.PathLike, meta: Mapping | None = None) -> None:
+    """Write a pyarrow Table (or pandas DataFrame) atomically with provenance metadata."""
+    if not isinstance(table, pa.Table):
+        table = pa.Table.from_pandas(table, preserve_index=False)
+    existing = dict(table.schema.metadata or {})
+    existing[PROVENANCE_KEY] = json.dumps(dict(meta or {}), default=str).encode()
+    table = table.replace_schema_metadata(existing)
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp)
+
+
+def read_table(path: str | os.PathLike, required: Iterable[str] = ()) -> pa.Table:
+    """Read a Parquet artifact, failing with a message naming the file and missing columns."""
+    path = Path(path)
+    if not path.is_file():
+        raise ArtifactError(f"{path}: file not found")
+    try:
+        table = pq.read_table(path)
+    except Exception as exc:  # pyarrow raises several types for corrupt files
+        raise ArtifactError(f"{path}: not a readable Parquet file ({exc})") from exc
+    missing = [c for c in required if c not in table.column_names]
+    if missing:
+        raise ArtifactError(
+            f"{path}: missing column(s) {', '.join(missing)}; has {', '.join(table.column_names)}"
+        )
+    return table
+
+
+def read_provenance(path: str | os.PathLike) -> dict:
+    meta = pq.read_schema(path).metadata or {}
+    raw = meta.get(PROVENANCE_KEY)
+    return json.loads(raw) if raw else {}
+
+
+def write_json(obj, path: str | os.PathLike) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def write_tensors(tensors: Mapping, path: str | os.PathLike, meta: Mapping | None = None) -> None:
+    """Save a dict of torch tensors as safetensors, atomically, with string metadata."""
+    from safetensors.torch import save_file
+
+    metadata = {k: json.dumps(v, default=str) for k, v in (meta or {}).items()}
+    with atomic_path(path) as tmp:
+        save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp), metadata=metadata)
+
+
+def read_tensors(path: str | os.PathLike) -> dict:
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    if not path.is_file():
+        raise ArtifactError(f"{path}: file not found")
+    try:
+        return load_file(str(path))
+    except Exception as exc:
+        raise ArtifactError(f"{path}: not a readable safetensors file ({exc})") from exc
+
+
+# Images live in a `struct<bytes: binary, path: string>` column, the layout `datasets` decodes.
+IMAGE_TYPE = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+
+
+def encode_png(image, name: str) -> dict:
+    import io
+
+    buf = io.BytesIO()
+    image.save(buf, format="PNG")
+    return {"bytes": buf.getvalue(), "path": name}
+
+
+def decode_image(cell: Mapping, where: str):
+    """Decode one image cell; ``where`` names the sample/file for the error message."""
+    import io
+
+    from PIL import Image
+
+    try:
+        image = Image.open(io.BytesIO(cell["bytes"]))
+        image.load()
+    except Exception as exc:
+        raise ArtifactError(f"{where}: image does not decode ({exc})") from exc
+    return image.convert("RGB")

@@ -1,0 +1,51 @@
+"""The `rewardloop` command: tools around the workflow (the workflow itself runs via snakemake)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _build_tiny(args) -> None:
+    from rewardloop.tiny_sd15 import build_tiny_sd15
+
+    build_tiny_sd15(args.out, seed=args.seed, vae_steps=args.vae_steps, unet_steps=args.unet_steps)
+    print(f"tiny model written to {args.out}")
+
+
+def _inspect(args) -> None:
+    from rewardloop.inspect import describe
+
+    for path in args.paths:
+        print(describe(path))
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="rewardloop", description=__doc__)
+    commands = top.add_subparsers(dest="command", required=True)
+
+    build = commands.add_parser("build-tiny", help="build and pretrain the embedded tiny SD1.5-family model")
+    build.add_argument("--out", default="resources/models/tiny-sd15", help="output diffusers folder")
+    build.add_argument("--seed", type=int, default=0)
+    build.add_argument("--vae-steps", type=int, default=1200)
+    build.add_argument("--unet-steps", type=int, default=1200)
+    build.set_defaults(func=_build_tiny)
+
+    inspect = commands.add_parser("inspect", help="summarise artifacts (Parquet, safetensors, JSON, folders)")
+    inspect.add_argument("paths", nargs="+")
+    inspect.set_defaults(func=_inspect)
+    return top
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        args.func(args)
+    except (ValueError, RuntimeError, OSError) as exc:
+        print(f"rewardloop {args.command}: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""Load and validate the workflow config against ``schemas/config.schema.yaml``.
+
+Validation fills defaults (nested ones included), rejects unknown keys and wrong types with a
+message naming the key, then runs the checks a schema cannot express (files exist, prompts fit
+the rewards). Every check runs before any job starts.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any, Mapping
+
+import jsonschema
+import yaml
+
+SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
+
+
+class ConfigError(ValueError):
+    """The config (or a file it names) is not usable; the message names the key or file."""
+
+
+def load_schema() -> dict:
+    return yaml.safe_load(SCHEMA_PATH.read_text())
+
+
+def _with_defaults(validator_class):
+    """A jsonschema validator class that fills in `default` values while validating."""
+    validate_properties = validator_class.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for name, subschema in properties.items():
+                if "default" in subschema and name not in instance:
+                    instance[name] = copy.deepcopy(subschema["default"])
+        yield from validate_properties(validator, properties, instance, schema)
+
+    return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
+
+
+_Validator = _with_defaults(jsonschema.Draft202012Validator)
+
+
+def _key_path(error: jsonschema.ValidationError) -> str:
+    return ".".join(str(p) for p in error.absolute_path) or "(top level)"
+
+
+def validate(config: dict) -> dict:
+    """Validate ``config`` in place (defaults filled) and return it; raise ConfigError on failure."""
+    errors = sorted(_Validator(load_schema()).iter_errors(config), key=lambda e: list(e.path))
+    if errors:
+        lines = [f"  {_key_path(e)}: {e.message}" for e in errors]
+        raise ConfigError("invalid config:\n" + "\n".join(lines))
+    check_semantics(config)
+    return config
+
+
+def load(path: str | Path, overrides: Mapping | None = None) -> dict:
+    """Read a YAML config file, deep-merge ``overrides`` and validate."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} not found")
+    config = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(config, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    return validate(deep_merge(config, overrides or {}))
+
+
+def deep_merge(base: dict, extra: Mapping) -> dict:
+    merged = copy.deepcopy(base)
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def check_semantics(config: dict) -> None:
+    """Checks beyond the schema: sizes, files on disk, prompts the rewards can score."""
+    from rewardloop import models, prompts, rewards
+
+    if config["generate"]["resolution"] % 8:
+        raise ConfigError(
+            f"generate.resolution: {config['generate']['resolution']} is not divisible by 8"
+        )
+    models.check_model_reference(config["model"])
+    for key in ("train", "eval"):
+        loaded = prompts.load_prompts(config["prompts"][key], key=f"prompts.{key}")
+        try:
+            rewards.check_prompts(config["rewards"], loaded.prompt.tolist())
+        except ValueError as exc:
+            raise ConfigError(f"prompts.{key} ({config['prompts'][key]}): {exc}") from exc
+
+
+def stage_config(config: Mapping, *sections: str) -> dict[str, Any]:
+    """The part of the config one stage uses.
+
+    Rules pass only this to their job (as ``params``), so that changing a key a stage does not use
+    (``iterations``, say) never makes Snakemake rerun a finished job.
+    """
+    return {name: copy.deepcopy(config[name]) for name in sections}

@@ -1,0 +1,68 @@
+"""`rewardloop inspect PATH`: a readable summary of any artifact (Parquet, safetensors, JSON, folder)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rewardloop.artifacts import ArtifactError, read_provenance, read_table
+
+STAT_COLUMNS = ("reward", "margin", "advantage")
+
+
+def describe(path: str | Path) -> str:
+    path = Path(path)
+    if path.is_dir():
+        parts = [describe(p) for p in sorted(path.iterdir()) if p.suffix in {".parquet", ".safetensors", ".json"}]
+        return "\n\n".join(parts) if parts else f"{path}: no artifacts"
+    if not path.exists():
+        raise ArtifactError(f"{path}: file not found")
+    if path.suffix == ".parquet":
+        return _describe_table(path)
+    if path.suffix == ".safetensors":
+        return _describe_tensors(path)
+    if path.suffix == ".json":
+        return f"{path}\n" + json.dumps(json.loads(path.read_text()), indent=2)[:4000]
+    raise ArtifactError(f"{path}: unknown artifact type (expected .parquet, .safetensors, .json or a folder)")
+
+
+def _describe_table(path: Path) -> str:
+    table = read_table(path)
+    frame = table.drop_columns([c for c in table.column_names if c == "image"]).to_pandas()
+    lines = [f"{path}: Parquet, {table.num_rows} rows"]
+    lines.append("columns: " + ", ".join(f"{f.name} ({f.type})" for f in table.schema))
+    for column in frame.columns:
+        if column in STAT_COLUMNS or (column.startswith("reward_") and column != "reward_details"):
+            s = frame[column].astype(float)
+            lines.append(
+                f"{column}: mean {s.mean():.4f}  std {s.std(ddof=0):.4f}  min {s.min():.4f}  max {s.max():.4f}"
+            )
+    for key in ("prompt_id",):
+        if key in frame:
+            lines.append(f"distinct {key}: {frame[key].nunique()}")
+    lines.append("provenance: " + json.dumps(read_provenance(path), sort_keys=True))
+    if len(frame):
+        lines.append("first row: " + json.dumps(frame.iloc[0].to_dict(), default=str)[:500])
+    return "\n".join(lines)
+
+
+def _describe_tensors(path: Path) -> str:
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="np") as fh:
+            keys = list(fh.keys())
+            metadata = fh.metadata() or {}
+            shapes = {k: fh.get_slice(k).get_shape() for k in keys[:5]}
+    except Exception as exc:
+        raise ArtifactError(f"{path}: not a readable safetensors file ({exc})") from exc
+    groups: dict[str, int] = {}
+    for key in keys:
+        prefix = key.split("/", 1)[0] if "/" in key else key.split(".", 1)[0]
+        groups[prefix] = groups.get(prefix, 0) + 1
+    lines = [f"{path}: safetensors, {len(keys)} tensors"]
+    lines.append("groups: " + ", ".join(f"{k} ({v})" for k, v in sorted(groups.items())))
+    lines.extend(f"  {k}: {shape}" for k, shape in shapes.items())
+    if metadata:
+        lines.append("metadata: " + ", ".join(f"{k}={v[:120]}" for k, v in metadata.items()))
+    return "\n".join(lines)

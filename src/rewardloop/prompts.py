@@ -1,0 +1,64 @@
+"""Prompt files: plain text (one prompt per line) or JSONL with a ``prompt`` field.
+
+Each prompt gets a stable ``prompt_id``: the JSONL ``id`` field when present, else ``p`` plus the
+zero-padded line number, so ids survive reordering of JSONL files and are readable in tables.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+
+class PromptFileError(ValueError):
+    pass
+
+
+def load_prompts(path: str | Path, key: str = "prompts") -> pd.DataFrame:
+    """Return a DataFrame with columns prompt_id, prompt; errors name ``key`` and the file."""
+    path = Path(path)
+    where = f"{key} ({path})"
+    if not path.is_file():
+        raise PromptFileError(f"{where}: file not found")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise PromptFileError(f"{where}: not UTF-8 text ({exc})") from exc
+    lines = [(n, line.strip()) for n, line in enumerate(text.splitlines(), start=1)]
+    lines = [(n, line) for n, line in lines if line]
+    if not lines:
+        raise PromptFileError(f"{where}: no prompts in file")
+    if path.suffix == ".jsonl":
+        rows = [_jsonl_row(n, line, where) for n, line in lines]
+    else:
+        rows = [(f"p{n:05d}", line) for n, line in lines]
+    table = pd.DataFrame(rows, columns=["prompt_id", "prompt"])
+    duplicated = table.prompt_id[table.prompt_id.duplicated()]
+    if len(duplicated):
+        raise PromptFileError(f"{where}: duplicate prompt id {duplicated.iloc[0]!r}")
+    return table
+
+
+def _jsonl_row(line_no: int, line: str, where: str) -> tuple[str, str]:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise PromptFileError(f"{where}: line {line_no} is not valid JSON ({exc})") from exc
+    if not isinstance(record, dict) or not isinstance(record.get("prompt"), str):
+        raise PromptFileError(f"{where}: line {line_no} has no string field 'prompt'")
+    if not record["prompt"].strip():
+        raise PromptFileError(f"{where}: line {line_no} has an empty 'prompt'")
+    prompt_id = str(record.get("id", f"p{line_no:05d}"))
+    return prompt_id, record["prompt"].strip()
+
+
+def select_prompts(table: pd.DataFrame, count: int | None, seed: int, iteration: int) -> pd.DataFrame:
+    """The iteration's rollout prompts: a seeded draw without replacement (all when count is None)."""
+    if count is None or count >= len(table):
+        return table.reset_index(drop=True)
+    rng = np.random.default_rng([seed, iteration])
+    chosen = np.sort(rng.choice(len(table), size=count, replace=False))
+    return table.iloc[chosen].reset_index(drop=True)

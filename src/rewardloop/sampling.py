@@ -1,0 +1,115 @@
+"""Seeded DDIM sampling with classifier-free guidance from a diffusers pipeline's components.
+
+Every image has its own seed (initial noise and, for eta > 0, the per-step noise come from a
+generator seeded with it), so a sample does not depend on its batch or shard. Text embeddings are
+computed once per distinct prompt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+
+@dataclass(frozen=True)
+class SamplerSettings:
+    steps: int
+    guidance_scale: float
+    eta: float
+    resolution: int
+
+    def as_dict(self) -> dict:
+        return {
+            "sampler": "ddim",
+            "steps": self.steps,
+            "guidance_scale": self.guidance_scale,
+            "eta": self.eta,
+            "resolution": self.resolution,
+        }
+
+
+def sample_seed(base_seed: int, iteration: int, prompt_index: int, k: int) -> int:
+    """A 31-bit seed that is a pure function of (seed, iteration, prompt, image index)."""
+    return int(np.random.SeedSequence([base_seed, iteration + 1, prompt_index, k]).generate_state(1)[0] >> 1)
+
+
+@torch.no_grad()
+def encode_prompts(pipe, prompts: Sequence[str]) -> torch.Tensor:
+    """Text-encoder hidden states for each prompt, [N, L, D]."""
+    tokens = pipe.tokenizer(
+        list(prompts),
+        padding="max_length",
+        max_length=pipe.tokenizer.model_max_length,
+        truncation=True,
+        return_tensors="pt",
+    )
+    return pipe.text_encoder(tokens.input_ids.to(pipe.device))[0]
+
+
+def latent_shape(pipe, resolution: int) -> tuple[int, int, int]:
+    factor = pipe.vae_scale_factor
+    if resolution % factor:
+        raise ValueError(f"generate.resolution: {resolution} is not divisible by the VAE factor {factor}")
+    return (pipe.unet.config.in_channels, resolution // factor, resolution // factor)
+
+
+def initial_noise(seeds: Sequence[int], shape, device, dtype) -> torch.Tensor:
+    noise = [torch.randn(shape, generator=torch.Generator().manual_seed(s)) for s in seeds]
+    return torch.stack(noise).to(device=device, dtype=dtype)
+
+
+@torch.no_grad()
+def sample_latents(
+    pipe,
+    embeds: torch.Tensor,
+    seeds: Sequence[int],
+    settings: SamplerSettings,
+    batch_size: int,
+    progress: bool = True,
+    desc: str = "generate",
+) -> torch.Tensor:
+    """Denoise one image per (embedding row, seed); returns the final latents [N, C, h, w] (fp32, CPU)."""
+    unet, scheduler = pipe.unet, pipe.scheduler
+    device, dtype = pipe.device, unet.dtype
+    uncond = encode_prompts(pipe, [""])
+    shape = latent_shape(pipe, settings.resolution)
+    use_cfg = settings.guidance_scale > 1.0
+    outputs = []
+    for start in tqdm(range(0, len(seeds), batch_size), desc=desc, unit="batch", disable=not progress):
+        batch_seeds = list(seeds[start : start + batch_size])
+        cond = embeds[start : start + batch_size].to(device=device, dtype=dtype)
+        latents = initial_noise(batch_seeds, shape, device, dtype) * scheduler.init_noise_sigma
+        generators = [torch.Generator().manual_seed(s + 1) for s in batch_seeds]
+        context = torch.cat([uncond.expand(len(cond), -1, -1).to(dtype), cond]) if use_cfg else cond
+        scheduler.set_timesteps(settings.steps, device=device)
+        for t in scheduler.timesteps:
+            model_in = torch.cat([latents] * 2) if use_cfg else latents
+            model_in = scheduler.scale_model_input(model_in, t)
+            eps = unet(model_in, t, encoder_hidden_states=context).sample
+            if use_cfg:
+                eps_uncond, eps_cond = eps.chunk(2)
+                eps = eps_uncond + settings.guidance_scale * (eps_cond - eps_uncond)
+            step_kwargs = {"eta": settings.eta, "generator": generators} if settings.eta > 0 else {}
+            latents = scheduler.step(eps, t, latents, **step_kwargs).prev_sample
+        outputs.append(latents.float().cpu())
+    return torch.cat(outputs)
+
+
+@torch.no_grad()
+def decode_latents(pipe, latents: torch.Tensor, batch_size: int) -> list:
+    """VAE-decode latents into PIL images."""
+    from PIL import Image
+
+    vae = pipe.vae
+    images = []
+    for start in range(0, len(latents), batch_size):
+        chunk = latents[start : start + batch_size].to(device=pipe.device, dtype=vae.dtype)
+        pixels = vae.decode(chunk / vae.config.scaling_factor).sample
+        pixels = ((pixels.float().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
+        for array in pixels.permute(0, 2, 3, 1).cpu().numpy():
+            images.append(Image.fromarray(array))
+    return images

@@ -1,0 +1,35 @@
+"""What every Snakemake script entry point does around its stage: log to the rule's log file,
+honour the job's threads, and report errors as one readable line at the end of the log."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import traceback
+
+
+@contextlib.contextmanager
+def job(snakemake):
+    """``with job(snakemake): stage.run(...)`` with stdout/stderr in ``log[0]``."""
+    log_path = snakemake.log[0] if snakemake.log else None
+    stream = open(log_path, "a", buffering=1) if log_path else None
+    saved = sys.stdout, sys.stderr
+    if stream:
+        sys.stdout = sys.stderr = stream
+    try:
+        yield
+    except BaseException as exc:
+        traceback.print_exc()
+        message = f"rule {snakemake.rule} failed: {type(exc).__name__}: {exc}"
+        print(message, flush=True)
+        sys.stdout, sys.stderr = saved
+        print(message + (f" (log: {log_path})" if log_path else ""), file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
+    finally:
+        sys.stdout, sys.stderr = saved
+        if stream:
+            stream.close()
+
+
+def iteration(snakemake) -> int:
+    return int(snakemake.wildcards.it)

@@ -1,0 +1,38 @@
+"""eval: held-out prompts × fixed seeds, deterministic DDIM (eta 0), scored like the rollouts.
+
+Runs on the base model (``results/base/eval.parquet``) and on every exported iteration; nothing
+downstream waits for it.
+"""
+
+from __future__ import annotations
+
+from rewardloop import models, prompts
+from rewardloop.artifacts import provenance, write_table
+from rewardloop.sampling import sample_seed
+from rewardloop.stages.common import rollout, timed, to_arrow, torch_setup, write_metrics
+from rewardloop.stages.generate import sampler_settings
+from rewardloop.stages.score import reward_stats, score_frame
+
+EVAL_STREAM = -1  # seeds of eval images live apart from every rollout iteration's
+
+
+def run(cfg, iteration, lora_dir, eval_path, metrics_path, threads=1, progress=True):
+    """cfg: model, prompts, generate, eval, rewards, score, device. ``iteration`` None = base model."""
+    metrics = {"iteration": -1 if iteration is None else iteration}
+    device = torch_setup(threads, cfg["device"])
+    pipe = models.load_pipeline(cfg["model"], lora_dir=lora_dir, device=device)
+    table = prompts.load_prompts(cfg["prompts"]["eval"], key="prompts.eval")
+    seeds = [[sample_seed(s, EVAL_STREAM, i, 0) for s in cfg["eval"]["seeds"]] for i in range(len(table))]
+    settings = sampler_settings(cfg["generate"], steps=cfg["eval"]["steps"], eta=0.0)
+    with timed(metrics, "perf/eval_time"):
+        rows, _, _ = rollout(pipe, table, seeds, settings, cfg["generate"]["batch_size"],
+                             id_prefix="eval", progress=progress, desc="eval")
+        scores = score_frame(rows, cfg["rewards"], cfg["score"]["batch_size"], "eval", progress)
+    scored = scores.merge(rows[["sample_id", "image"]], on="sample_id")
+    model_ref = cfg["model"]["path"] + (f" + {lora_dir}" if lora_dir else "")
+    write_table(to_arrow(scored), eval_path, meta=provenance(cfg, iteration, model_ref))
+    stats = reward_stats(scores, "eval")
+    metrics["eval/reward/mean"] = stats.pop("eval/reward/raw_mean")
+    metrics["eval/reward/std"] = stats.pop("eval/reward/raw_std")
+    metrics.update(stats)
+    write_metrics(metrics, metrics_path)

@@ -1,0 +1,47 @@
+"""generate: sample ``images_per_prompt`` images for the iteration's prompts from model(it-1)."""
+
+from __future__ import annotations
+
+from rewardloop import models, prompts
+from rewardloop.artifacts import provenance, write_table, write_tensors
+from rewardloop.sampling import SamplerSettings, sample_seed
+from rewardloop.stages.common import rollout, timed, to_arrow, torch_setup, write_metrics
+
+
+def sampler_settings(generate_cfg, steps=None, eta=None) -> SamplerSettings:
+    return SamplerSettings(
+        steps=steps or generate_cfg["steps"],
+        guidance_scale=generate_cfg["guidance_scale"],
+        eta=generate_cfg["eta"] if eta is None else eta,
+        resolution=generate_cfg["resolution"],
+    )
+
+
+def run(cfg, iteration: int, lora_dir, samples_path, latents_path, metrics_path, threads=1, progress=True):
+    """cfg: seed, model, prompts, generate, device."""
+    gen = cfg["generate"]
+    metrics = {}
+    device = torch_setup(threads, cfg["device"])
+    with timed(metrics, "perf/model_load_time"):
+        pipe = models.load_pipeline(cfg["model"], lora_dir=lora_dir, device=device)
+    table = prompts.select_prompts(
+        prompts.load_prompts(cfg["prompts"]["train"], key="prompts.train"),
+        gen["prompts_per_iteration"], cfg["seed"], iteration,
+    )
+    seeds = [[sample_seed(cfg["seed"], iteration, i, k) for k in range(gen["images_per_prompt"])]
+             for i in range(len(table))]
+    with timed(metrics, "perf/rollout_time"):
+        rows, latents, embeds = rollout(pipe, table, seeds, sampler_settings(gen), gen["batch_size"],
+                                        id_prefix=f"i{iteration:03d}", progress=progress)
+    rows.insert(4, "iteration", iteration)
+    meta = provenance(cfg, iteration, _model_ref(cfg, lora_dir))
+    tensors = {f"latents/{sid}": lat for sid, lat in zip(rows.sample_id, latents)}
+    tensors.update({f"prompt_embeds/{pid}": emb for pid, emb in embeds.items()})
+    write_tensors(tensors, latents_path, meta=meta)
+    write_table(to_arrow(rows), samples_path, meta=meta)
+    metrics.update({"iteration": iteration, "samples": len(rows), "prompts": len(table)})
+    write_metrics(metrics, metrics_path)
+
+
+def _model_ref(cfg, lora_dir) -> str:
+    return cfg["model"]["path"] + (f" + {lora_dir}" if lora_dir else "")

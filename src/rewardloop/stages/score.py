@@ -1,0 +1,45 @@
+"""score: every sample's reward (weighted sum) and each component, from samples.parquet."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from rewardloop.artifacts import decode_image, provenance, read_provenance, read_table, write_table
+from rewardloop.stages.common import timed, write_metrics
+
+SAMPLE_KEYS = ["sample_id", "prompt_id", "prompt", "group", "seed"]
+
+
+def score_frame(samples: pd.DataFrame, rewards_cfg, batch_size: int, where: str, progress=True) -> pd.DataFrame:
+    """The sample keys plus ``reward``, ``reward_<name>`` and ``reward_details`` columns."""
+    from rewardloop.rewards.combine import RewardSet
+
+    images = [decode_image(cell, f"{where}: sample {sid}") for cell, sid in zip(samples.image, samples.sample_id)]
+    reward_set = RewardSet(rewards_cfg)
+    scores = reward_set.score(images, samples.prompt.tolist(), batch_size=batch_size)
+    return pd.concat([samples[SAMPLE_KEYS].reset_index(drop=True), scores.reset_index(drop=True)], axis=1)
+
+
+def reward_stats(scores: pd.DataFrame, prefix: str) -> dict:
+    """``{prefix}/reward/raw_mean`` and ``raw_std`` of the combined reward, ``{prefix}/reward_<name>/mean`` each."""
+    stats = {
+        f"{prefix}/reward/raw_mean": float(scores.reward.mean()),
+        f"{prefix}/reward/raw_std": float(scores.reward.std(ddof=0)),
+    }
+    for column in scores.columns:
+        if column.startswith("reward_") and column != "reward_details":
+            stats[f"{prefix}/{column}/mean"] = float(scores[column].mean())
+    return stats
+
+
+def run(cfg, samples_path, scores_path, metrics_path, progress=True):
+    """cfg: rewards, score."""
+    metrics = {}
+    samples = read_table(samples_path, required=SAMPLE_KEYS + ["image"]).to_pandas()
+    with timed(metrics, "perf/score_time"):
+        scores = score_frame(samples, cfg["rewards"], cfg["score"]["batch_size"], str(samples_path), progress)
+    upstream = read_provenance(samples_path)
+    meta = provenance(cfg, upstream.get("iteration"), upstream.get("model"))
+    write_table(scores, scores_path, meta=meta)
+    metrics.update(reward_stats(scores, "rollout"))
+    write_metrics(metrics, metrics_path)

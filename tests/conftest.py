@@ -1,0 +1,26 @@
+"""Shared fixtures: offline mode, the repository root, a tiny pretrained model built once per session."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return ROOT
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory) -> Path:
+    """A briefly pretrained tiny SD1.5-family model (seconds, not minutes: plumbing tests only)."""
+    from rewardloop.tiny_sd15 import build_tiny_sd15
+
+    out = tmp_path_factory.mktemp("models") / "tiny-sd15"
+    build_tiny_sd15(out, seed=0, vae_steps=40, unet_steps=60, progress=False)
+    return out

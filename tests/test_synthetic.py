@@ -1,0 +1,56 @@
+import numpy as np
+import pytest
+
+from rewardloop import synthetic
+
+
+def test_captions_parse_back():
+    for shape, fg, bg in synthetic.all_combos():
+        assert synthetic.parse_caption(synthetic.caption(shape, fg, bg)) == (shape, fg, bg)
+    assert synthetic.parse_caption("  A Red circle on  blue background. ") == ("circle", "red", "blue")
+
+
+@pytest.mark.parametrize("bad", ["a red circle", "a pink circle on a blue background",
+                                 "a red circle on a red background", "a red star on a blue background", ""])
+def test_parse_rejects_and_names_prompt(bad):
+    with pytest.raises(ValueError, match="prompt"):
+        synthetic.parse_caption(bad)
+
+
+def test_split_holds_out_combinations():
+    train, held = synthetic.split_prompts(0)
+    train_pairs = {synthetic.parse_caption(p)[1:] for p in train}
+    eval_pairs = {synthetic.parse_caption(p)[1:] for p in held}
+    assert eval_pairs and not eval_pairs & train_pairs
+    assert 0.1 < len(eval_pairs) / (len(eval_pairs) + len(train_pairs)) < 0.2
+    # every colour still appears in training as shape and as background colour
+    assert {f for f, _ in train_pairs} == {b for _, b in train_pairs} == set(synthetic.COLORS)
+    assert synthetic.split_prompts(0) == (train, held)
+    assert synthetic.split_prompts(1) != (train, held)
+
+
+def test_committed_prompt_files_match_split(tmp_path):
+    train_path, eval_path = synthetic.write_prompt_files(tmp_path, seed=0)
+    for path in (train_path, eval_path):
+        assert path.read_text() == (synthetic.PROMPT_DIR / path.name).read_text()
+
+
+def test_render_colours():
+    img = np.asarray(synthetic.render("square", "red", "blue", size=32, rng=np.random.default_rng(0)))
+    assert img.shape == (32, 32, 3) and img.dtype == np.uint8
+    colours, counts = np.unique(img.reshape(-1, 3), axis=0, return_counts=True)
+    found = {tuple(c): n for c, n in zip(colours, counts)}
+    assert set(found) == {synthetic.PALETTE["red"], synthetic.PALETTE["blue"]}
+    assert found[synthetic.PALETTE["blue"]] > found[synthetic.PALETTE["red"]] > 0
+    # corners are background for every shape
+    for shape in synthetic.SHAPES:
+        img = np.asarray(synthetic.render(shape, "white", "black", rng=np.random.default_rng(3)))
+        assert tuple(img[0, 0]) == synthetic.PALETTE["black"]
+
+
+def test_seeded_determinism():
+    a = synthetic.make_batch(np.random.default_rng(5), 8, synthetic.split_prompts(0)[0])
+    b = synthetic.make_batch(np.random.default_rng(5), 8, synthetic.split_prompts(0)[0])
+    assert a[1] == b[1] and np.array_equal(a[0], b[0])
+    c = next(synthetic.iter_batches(8, seed=6))
+    assert not np.array_equal(a[0], c[0])

@@ -1,0 +1,110 @@
+"""DPO training mechanics on the tiny model: real peft/accelerate steps on cached latents."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from rewardloop import config as cfgmod
+from rewardloop import models
+from rewardloop.stages import generate, pairs, score
+from rewardloop.training import PreferenceTrainer, load_pair_data
+
+
+@pytest.fixture(scope="module")
+def run_cfg(tiny_model, repo_root):
+    cfg = cfgmod.validate(
+        {
+            "model": {"path": str(tiny_model), "build_tiny": False},
+            "prompts": {
+                "train": str(repo_root / "resources/prompts/train.txt"),
+                "eval": str(repo_root / "resources/prompts/eval.txt"),
+            },
+            "generate": {"prompts_per_iteration": 8, "images_per_prompt": 4, "steps": 5, "resolution": 32,
+                         "batch_size": 32},
+            "train": {"beta": 2000, "learning_rate": 1e-3, "steps": 24, "batch_size": 8, "lr_scheduler": "constant",
+                      "checkpointing_steps": 5, "weight_decay": 0.0},
+            "device": "cpu",
+        }
+    )
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def pair_files(run_cfg, tmp_path_factory):
+    out = tmp_path_factory.mktemp("iter")
+    gen_cfg = cfgmod.stage_config(run_cfg, "seed", "model", "prompts", "generate", "device")
+    generate.run(gen_cfg, 0, None, out / "samples.parquet", out / "latents.safetensors", out / "g.json",
+                 threads=2, progress=False)
+    score.run(cfgmod.stage_config(run_cfg, "rewards", "score"), out / "samples.parquet", out / "scores.parquet",
+              out / "s.json", progress=False)
+    pairs.run(cfgmod.stage_config(run_cfg, "pairs"), out / "scores.parquet", out / "pairs.parquet", out / "p.json")
+    return out
+
+
+def make_trainer(run_cfg, train_overrides=None):
+    from diffusers import DDPMScheduler
+
+    pipe = models.load_pipeline(run_cfg["model"])
+    train_cfg = copy.deepcopy(run_cfg["train"])
+    train_cfg.update(train_overrides or {})
+    scheduler = DDPMScheduler.from_config(pipe.scheduler.config)
+    return PreferenceTrainer(train_cfg, pipe.unet, None, scheduler, seed=0, iteration=0)
+
+
+def probe(unet, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(2, unet.config.in_channels, 8, 8, generator=gen)
+    context = torch.randn(2, 8, unet.config.cross_attention_dim, generator=gen)
+    with torch.no_grad():
+        return unet(x, torch.tensor([500, 100]), encoder_hidden_states=context).sample
+
+
+def test_dpo_loss_falls_accuracy_rises_reference_unchanged(run_cfg, pair_files, tmp_path):
+    trainer = make_trainer(run_cfg)
+    trainer.unet.disable_adapters()
+    reference_before = probe(trainer.unet)
+    trainer.unet.enable_adapters()
+    data = load_pair_data(pair_files / "pairs.parquet", pair_files / "latents.safetensors")
+    before = trainer.evaluate(data)
+    history, resumed = trainer.run(data, tmp_path / "state", "fp", progress=False)
+    after = trainer.evaluate(data)
+    assert len(history) == 24 and resumed == 0
+    # On fixed held batches: policy == reference at the start, so the loss is log 2 and no pair is won.
+    assert before["train/loss"] == pytest.approx(math.log(2), abs=1e-6) and before["train/implicit_acc"] == 0
+    assert after["train/loss"] < before["train/loss"] - 0.05
+    assert after["train/implicit_acc"] > 0.5
+    trainer.unet.disable_adapters()
+    reference_after = probe(trainer.unet)
+    trainer.unet.enable_adapters()
+    policy = probe(trainer.unet)
+    assert torch.equal(reference_before, reference_after)
+    assert (policy - reference_after).abs().max() > 1e-4
+
+
+def test_resume_from_in_stage_state_reproduces_uninterrupted_run(run_cfg, pair_files, tmp_path):
+    from rewardloop.lora import save_lora
+
+    data = load_pair_data(pair_files / "pairs.parquet", pair_files / "latents.safetensors")
+    short = {"steps": 8, "checkpointing_steps": 3}
+    first = make_trainer(run_cfg, short)
+    history, _ = first.run(data, tmp_path / "state", "fp", progress=False)
+    save_lora(first.unet, "sd15", first.cfg["lora"], tmp_path / "a")
+    # The state on disk is step 6's (saved at 3, then 6); a new job resumes there and finishes.
+    second = make_trainer(run_cfg, short)
+    resumed_history, resumed_from = second.run(data, tmp_path / "state", "fp", progress=False)
+    save_lora(second.unet, "sd15", second.cfg["lora"], tmp_path / "b")
+    assert resumed_from == 6 and len(resumed_history) == 8
+    a = load_file(tmp_path / "a" / models.LORA_WEIGHTS)
+    b = load_file(tmp_path / "b" / models.LORA_WEIGHTS)
+    assert a.keys() == b.keys()
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], rtol=1e-5, atol=1e-6)
+    # A state from another config/input fingerprint is ignored, not resumed.
+    third = make_trainer(run_cfg, short)
+    _, resumed_other = third.run(data, tmp_path / "state", "other-fp", progress=False)
+    assert resumed_other == 0

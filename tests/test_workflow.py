@@ -1,0 +1,116 @@
+"""The real snakemake workflow on the tiny model: artifacts, no-op rerun, extension, resume."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from rewardloop.artifacts import IMAGE_TYPE, read_provenance
+
+pytestmark = pytest.mark.workflow
+SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
+
+
+def snakemake(workdir: Path, repo_root: Path, *args: str) -> subprocess.CompletedProcess:
+    cmd = [SNAKEMAKE, "-s", str(repo_root / "Snakefile"), "--directory", str(workdir),
+           "--configfile", str(workdir / "test.yaml"), "--cores", "2", *args]
+    result = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    if result.returncode != 0:
+        logs = "\n".join(f"== {p}\n{p.read_text()[-3000:]}" for p in sorted(workdir.glob("results/logs/**/*.log")))
+        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{result.stderr[-5000:]}\n{logs}")
+    return result
+
+
+def jobs_run(result: subprocess.CompletedProcess) -> list[str]:
+    """Rule names of the jobs snakemake ran (from its 'rule X:' lines)."""
+    return [line.split()[-1].rstrip(":") for line in result.stderr.splitlines()
+            if line.startswith(("rule ", "localrule "))]
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory, tiny_model, repo_root):
+    work = tmp_path_factory.mktemp("run")
+    overlay = {
+        "iterations": 2,
+        "model": {"path": str(tiny_model), "build_tiny": False},
+        "prompts": {"train": str(repo_root / "resources/prompts/train.txt"),
+                    "eval": str(repo_root / "resources/prompts/eval.txt")},
+        "generate": {"prompts_per_iteration": 6, "images_per_prompt": 3, "steps": 4, "batch_size": 32},
+        "train": {"steps": 4, "batch_size": 4, "checkpointing_steps": 2},
+        "eval": {"seeds": [0], "steps": 4},
+    }
+    (work / "test.yaml").write_text(yaml.safe_dump(overlay))
+    snakemake(work, repo_root)
+    return work
+
+
+def table(workdir: Path, rel: str) -> pd.DataFrame:
+    return pq.read_table(workdir / "results" / rel).to_pandas()
+
+
+def test_artifacts_join_across_stages(workdir):
+    for it in ("iter_000", "iter_001"):
+        samples, scores, pairs = (table(workdir, f"{it}/{n}.parquet") for n in ("samples", "scores", "pairs"))
+        assert len(samples) == 6 * 3 and samples.sample_id.is_unique
+        assert pq.read_schema(workdir / "results" / it / "samples.parquet").field("image").type == IMAGE_TYPE
+        assert set(scores.sample_id) == set(samples.sample_id)
+        assert {"reward", "reward_color_match", "reward_details"} <= set(scores.columns)
+        assert set(pairs.chosen) | set(pairs.rejected) <= set(samples.sample_id)
+        assert (pairs.margin > 0).all() and len(pairs) <= 6
+        assert read_provenance(workdir / "results" / it / "samples.parquet")["iteration"] == int(it[-3:])
+        assert (workdir / "results" / it / "checkpoint" / "pytorch_lora_weights.safetensors").is_file()
+    base_eval, final_eval = table(workdir, "base/eval.parquet"), table(workdir, "iter_001/eval.parquet")
+    assert len(base_eval) == len(final_eval) > 0
+    assert list(base_eval.seed) == list(final_eval.seed)  # same held-out prompts and seeds
+    assert not list((workdir / "results").rglob(".tmp-*"))
+
+
+def test_rollouts_differ_between_iterations(workdir):
+    first, second = table(workdir, "iter_000/samples.parquet"), table(workdir, "iter_001/samples.parquet")
+    assert set(first.seed).isdisjoint(second.seed)
+
+
+def test_exported_lora_loads_into_plain_diffusers(workdir, tiny_model):
+    import torch
+    from diffusers import StableDiffusionPipeline
+
+    pipe = StableDiffusionPipeline.from_pretrained(tiny_model, safety_checker=None, requires_safety_checker=False)
+    pipe.set_progress_bar_config(disable=True)
+    kwargs = dict(prompt="a red circle on a blue background", num_inference_steps=3, height=32, width=32,
+                  output_type="np")
+    before = pipe(generator=torch.Generator().manual_seed(0), **kwargs).images
+    pipe.load_lora_weights(str(workdir / "results/iter_001/checkpoint"))
+    after = pipe(generator=torch.Generator().manual_seed(0), **kwargs).images
+    assert after.shape == before.shape and abs(after - before).max() > 0
+
+
+def test_rerun_does_nothing(workdir, repo_root):
+    result = snakemake(workdir, repo_root)
+    assert jobs_run(result) == [], result.stderr[-2000:]
+
+
+def test_extend_iterations_runs_only_new_jobs(workdir, repo_root):
+    old = workdir / "results/iter_001/checkpoint/pytorch_lora_weights.safetensors"
+    mtime = old.stat().st_mtime_ns
+    result = snakemake(workdir, repo_root, "--config", "iterations=3")
+    ran = jobs_run(result)
+    assert sorted(set(ran)) == ["all", "eval", "export", "generate", "pairs", "score", "train"]
+    assert ran.count("train") == 1 and old.stat().st_mtime_ns == mtime
+    assert (workdir / "results/iter_002/eval.parquet").is_file()
+
+
+def test_deleted_train_output_is_redone_and_nothing_else(workdir, repo_root):
+    lora = workdir / "results/iter_002/train/pytorch_lora_weights.safetensors"
+    samples = workdir / "results/iter_002/samples.parquet"
+    samples_mtime = samples.stat().st_mtime_ns
+    lora.unlink()
+    result = snakemake(workdir, repo_root, "--config", "iterations=3")
+    assert sorted(jobs_run(result)) == ["all", "eval", "export", "train"]
+    assert samples.stat().st_mtime_ns == samples_mtime and lora.is_file()
