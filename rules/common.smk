@@ -20,9 +20,22 @@ def checkpoint_dir(it):
     return f"{iter_dir(it)}/checkpoint"
 
 
+ITERATION_ARTIFACTS = (
+    "samples.parquet",
+    "scores.parquet",
+    "pairs.parquet",
+    f"train/{LORA_WEIGHTS}",
+    f"checkpoint/{LORA_WEIGHTS}",
+    "eval.parquet",
+)
+
+
 def all_targets():
-    iterations = range(config["iterations"])
-    return [f"{RESULTS}/base/eval.parquet"] + [f"{iter_dir(it)}/eval.parquet" for it in iterations]
+    """Every stage's artifact of every iteration: deleting any one of them redoes it (and what follows)."""
+    targets = [f"{RESULTS}/base/eval.parquet"]
+    for it in range(config["iterations"]):
+        targets += [f"{iter_dir(it)}/{name}" for name in ITERATION_ARTIFACTS]
+    return targets
 
 
 def base_model_input(wildcards):
