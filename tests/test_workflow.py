@@ -114,3 +114,38 @@ def test_deleted_train_output_is_redone_and_nothing_else(workdir, repo_root):
     result = snakemake(workdir, repo_root, "--config", "iterations=3")
     assert sorted(jobs_run(result)) == ["all", "eval", "export", "train"]
     assert samples.stat().st_mtime_ns == samples_mtime and lora.is_file()
+
+
+def test_inspect_summarises_artifacts(workdir):
+    rewardloop = str(Path(sys.executable).with_name("rewardloop"))
+    out = subprocess.run([rewardloop, "inspect", "results/iter_000/pairs.parquet", "results/iter_000/scores.parquet",
+                          "results/iter_000/latents.safetensors"], cwd=workdir, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "pairs.parquet: Parquet" in out.stdout and "margin: mean" in out.stdout
+    assert "reward: mean" in out.stdout and '"iteration": 0' in out.stdout
+    assert "latents (18)" in out.stdout and "prompt_embeds (6)" in out.stdout
+    missing = subprocess.run([rewardloop, "inspect", "results/nope.parquet"], cwd=workdir, capture_output=True,
+                             text=True)
+    assert missing.returncode == 1 and "nope.parquet: file not found" in missing.stderr
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("iterations=0", "iterations: 0 is less than the minimum of 1"),
+        ("generate={'resolution': 36}", "generate.resolution: 36 is not divisible by 8"),
+        ("rewards={'ocr': 1.0}", "has none"),
+    ],
+)
+def test_bad_config_stops_before_any_job(tmp_path, tiny_model, repo_root, override, message):
+    (tmp_path / "test.yaml").write_text(yaml.safe_dump({
+        "model": {"path": str(tiny_model), "build_tiny": False},
+        "prompts": {"train": str(repo_root / "resources/prompts/train.txt"),
+                    "eval": str(repo_root / "resources/prompts/eval.txt")},
+    }))
+    cmd = [SNAKEMAKE, "-s", str(repo_root / "Snakefile"), "--directory", str(tmp_path), "--configfile",
+           str(tmp_path / "test.yaml"), "--cores", "1", "--config", override]
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    assert result.returncode != 0
+    assert message in result.stderr + result.stdout
+    assert not (tmp_path / "results").exists()
