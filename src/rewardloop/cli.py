@@ -34,6 +34,10 @@ def parser() -> argparse.ArgumentParser:
     inspect = commands.add_parser("inspect", help="summarise artifacts (Parquet, safetensors, JSON, folders)")
     inspect.add_argument("paths", nargs="+")
     inspect.set_defaults(func=_inspect)
+
+    from rewardloop import score_cli
+
+    score_cli.add_parser(commands)
     return top
 
 

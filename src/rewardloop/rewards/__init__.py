@@ -1,6 +1,14 @@
 """Reward functions; importing this package registers every built-in reward."""
 
 from rewardloop.rewards.base import Reward, available_rewards, build_reward, check_prompts, register
-from rewardloop.rewards import color_match, jpeg, ocr  # noqa: F401  (imported to register)
+from rewardloop.rewards import (  # noqa: F401  (imported to register)
+    aesthetic,
+    clip_score,
+    color_match,
+    hpsv2,
+    jpeg,
+    ocr,
+    pickscore,
+)
 
 __all__ = ["Reward", "available_rewards", "build_reward", "check_prompts", "register"]

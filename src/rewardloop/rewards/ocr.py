@@ -60,22 +60,91 @@ class RapidOCRBackend:
         return " ".join(getattr(result, "txts", None) or ())
 
 
-BACKENDS = {"rapidocr": RapidOCRBackend}
+class PaddleOCRBackend:
+    """PP-OCR via ``paddleocr`` 3.x (separate environment: ``envs/paddleocr.yaml``).
+
+    Options ``text_detection_model_dir`` and ``text_recognition_model_dir`` (required: local
+    Paddle inference model folders, so paddleocr never downloads) and optionally
+    ``text_detection_model_name`` / ``text_recognition_model_name`` (the PaddleX model names of
+    those folders, e.g. ``PP-OCRv4_mobile_det``; default: ``Global.model_name`` of the folder's
+    ``inference.yml``) are passed to ``paddleocr.PaddleOCR``.
+    ``enable_mkldnn`` (default False: paddlepaddle 3.3's oneDNN path fails on the PP-OCRv4 models
+    with "ConvertPirAttribute2RuntimeAttribute not support") is passed on too.
+    """
+
+    def __init__(self, text_detection_model_dir=None, text_recognition_model_dir=None,
+                 text_detection_model_name=None, text_recognition_model_name=None,
+                 enable_mkldnn: bool = False):
+        from pathlib import Path
+
+        dirs = {"text_detection_model_dir": text_detection_model_dir,
+                "text_recognition_model_dir": text_recognition_model_dir}
+        for option, value in dirs.items():
+            if value is None or not Path(value).is_dir():
+                raise ValueError(
+                    f"'rewards.ocr.{option}' must be a local Paddle model folder for backend "
+                    f"'paddleocr' (it would download otherwise); got {value!r}"
+                    + ("" if value is None else " (not a folder)")
+                )
+        try:
+            from paddleocr import PaddleOCR
+        except ImportError as exc:
+            raise ValueError(
+                f"OCR backend 'paddleocr' needs the paddleocr package ({exc}); "
+                f"use the envs/paddleocr.yaml environment"
+            ) from exc
+        names = {"text_detection_model_name": text_detection_model_name,
+                 "text_recognition_model_name": text_recognition_model_name}
+        for (name_option, name), folder in zip(list(names.items()), dirs.values()):
+            config = Path(folder) / "inference.yml"
+            if name is None and config.is_file():  # PaddleX otherwise assumes its newest model
+                import yaml
+
+                names[name_option] = (yaml.safe_load(config.read_text()) or {}).get("Global", {}).get("model_name")
+        self._engine = PaddleOCR(
+            **{k: str(v) for k, v in dirs.items()},
+            **{k: v for k, v in names.items() if v is not None},
+            use_doc_orientation_classify=False,
+            use_doc_unwarping=False,
+            use_textline_orientation=False,
+            enable_mkldnn=bool(enable_mkldnn),
+        )
+
+    def read_text(self, image) -> str:
+        results = self._engine.predict(np.asarray(image.convert("RGB"))[:, :, ::-1].copy())  # BGR
+        return " ".join(text for result in results or () for text in (result["rec_texts"] or ()))
+
+
+BACKENDS = {"rapidocr": RapidOCRBackend, "paddleocr": PaddleOCRBackend}
 
 
 @register("ocr")
 class OCRReward:
-    """Text-rendering accuracy of each image against its prompt's quoted target."""
+    """Text-rendering accuracy of each image against its prompt's quoted target.
+
+    Options (``rewards.ocr.<option>``): ``backend`` (``"rapidocr"``, the default, models in the
+    wheel; or ``"paddleocr"``); the paddleocr backend also takes ``text_detection_model_dir`` and
+    ``text_recognition_model_dir`` (required) and ``text_detection_model_name`` /
+    ``text_recognition_model_name`` (optional), see ``PaddleOCRBackend``.
+    """
 
     name = "ocr"
 
-    def __init__(self, backend: str = "rapidocr"):
+    def __init__(self, backend: str = "rapidocr", **backend_options):
         if backend not in BACKENDS:
             raise ValueError(
                 f"unknown OCR backend {backend!r} in 'rewards.ocr.backend': "
                 f"expected one of {', '.join(sorted(BACKENDS))}"
             )
-        self.backend = BACKENDS[backend]()
+        try:
+            self.backend = BACKENDS[backend](**backend_options)
+        except TypeError as exc:
+            if backend_options and "unexpected keyword" in str(exc):
+                raise ValueError(
+                    f"'rewards.ocr': backend {backend!r} does not take option(s) "
+                    f"{', '.join(sorted(backend_options))} ({exc})"
+                ) from exc
+            raise
 
     @staticmethod
     def check_prompts(prompts: Sequence[str]) -> None:
