@@ -108,3 +108,38 @@ def test_resume_from_in_stage_state_reproduces_uninterrupted_run(run_cfg, pair_f
     third = make_trainer(run_cfg, short)
     _, resumed_other = third.run(data, tmp_path / "state", "other-fp", progress=False)
     assert resumed_other == 0
+
+
+def test_export_publishes_lora_and_merged_pipeline(run_cfg, pair_files, tmp_path):
+    from diffusers import StableDiffusionPipeline
+
+    from rewardloop.lora import save_lora
+    from rewardloop.stages import export
+
+    trainer = make_trainer(run_cfg, {"steps": 3, "learning_rate": 1e-2})
+    data = load_pair_data(pair_files / "pairs.parquet", pair_files / "latents.safetensors")
+    trainer.run(data, tmp_path / "state", "fp", progress=False)
+    save_lora(trainer.unet, "sd15", trainer.cfg["lora"], tmp_path / "train")
+    cfg = {"model": run_cfg["model"], "export": {"merged": True}}
+    export.run(cfg, 0, tmp_path / "train", tmp_path / "checkpoint", tmp_path / "export.json")
+    assert (tmp_path / "checkpoint" / models.LORA_WEIGHTS).read_bytes() == (
+        tmp_path / "train" / models.LORA_WEIGHTS
+    ).read_bytes()
+    merged = StableDiffusionPipeline.from_pretrained(tmp_path / "checkpoint" / "merged")
+    base = models.load_pipeline(run_cfg["model"])
+    with_lora = models.load_pipeline(run_cfg["model"], lora_dir=str(tmp_path / "checkpoint"))
+    torch.testing.assert_close(probe(merged.unet), probe(with_lora.unet))
+    assert (probe(merged.unet) - probe(base.unet)).abs().max() > 1e-5
+    assert not list(tmp_path.glob("checkpoint/.tmp-*"))
+
+
+def test_export_refuses_non_finite_lora(run_cfg, tmp_path):
+    from safetensors.torch import save_file
+
+    from rewardloop.stages import export
+
+    (tmp_path / "train").mkdir()
+    save_file({"unet.x.lora_A.weight": torch.tensor([float("nan")])}, tmp_path / "train" / models.LORA_WEIGHTS)
+    with pytest.raises(export.ExportError, match="non-finite"):
+        export.run({"model": run_cfg["model"], "export": {"merged": False}}, 0, tmp_path / "train", tmp_path / "ck")
+    assert not (tmp_path / "ck" / models.LORA_WEIGHTS).exists()

@@ -1,0 +1,76 @@
+"""Wall time of the default run: building + pretraining the tiny model, then the 3 iterations.
+
+Runs the real `snakemake --cores 2` on config.yaml in a scratch folder (nothing shared with
+./results) and reads every job's Snakemake benchmark file and stage metrics. Prints:
+- the tiny model build (goal <= 5 min on 2 cores),
+- the 3 iterations after it (goal <= 4 min),
+- the share of the iterations' job time spent outside stage compute (process start, imports,
+  model loading, file I/O; goal <= 30 %).
+Usage: python bench/bench_default_run.py [--model DIR]   (--model reuses a built tiny model)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+COMPUTE_KEYS = ("perf/rollout_time", "perf/score_time", "perf/train_time", "perf/eval_time")
+
+
+def job_seconds(results: Path, pattern: str) -> float:
+    total = 0.0
+    for tsv in results.glob(f"benchmarks/{pattern}"):
+        total += float(tsv.read_text().splitlines()[1].split("\t")[0])
+    return total
+
+
+def compute_seconds(results: Path) -> float:
+    total = 0.0
+    for metrics in results.glob("iter_*/metrics/*.json"):
+        data = json.loads(metrics.read_text())
+        total += sum(data.get(key, 0.0) for key in COMPUTE_KEYS)
+    return total
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--model", help="reuse this built tiny model instead of building one")
+    args = parser.parse_args()
+    snakemake = str(Path(sys.executable).with_name("snakemake"))
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        overlay = {"prompts": {"train": str(ROOT / "resources/prompts/train.txt"),
+                               "eval": str(ROOT / "resources/prompts/eval.txt")}}
+        if args.model:
+            overlay["model"] = {"path": args.model, "build_tiny": False}
+        else:
+            overlay["model"] = {"path": str(work / "tiny-sd15")}
+        (work / "overlay.yaml").write_text(yaml.safe_dump(overlay))
+        started = time.perf_counter()
+        subprocess.run([snakemake, "-s", str(ROOT / "Snakefile"), "--directory", str(work), "--configfile",
+                        str(work / "overlay.yaml"), "--cores", "2", "--quiet"], check=True)
+        total = time.perf_counter() - started
+        results = work / "results"
+        build = job_seconds(results, "build_tiny_model.tsv")
+        iteration_jobs = job_seconds(results, "iter_*/*.tsv") + job_seconds(results, "base/*.tsv")
+        compute = compute_seconds(results)
+        evals = [json.loads((results / p / "metrics/eval.json").read_text())["eval/reward/mean"]
+                 for p in ["base"] + sorted(d.name for d in results.glob("iter_*"))]
+    loop = total - build
+    print(f"tiny model build      : {build:7.1f} s (goal <= 300 s)")
+    print(f"3 iterations (+ evals): {loop:7.1f} s wall (goal <= 240 s)")
+    print(f"  sum of job times    : {iteration_jobs:7.1f} s, of which stage compute {compute:.1f} s")
+    print(f"  outside compute     : {1 - compute / iteration_jobs:7.1%} of job time (goal <= 30 %)")
+    print("eval/reward/mean      : " + "  ".join(f"{v:.4f}" for v in evals) + "  (base, iter 0, 1, 2)")
+
+
+if __name__ == "__main__":
+    main()
