@@ -167,3 +167,16 @@ class ClipEmbedder:
     @property
     def logit_scale(self) -> float:
         return float(self.model.logit_scale.detach().float().exp())
+
+
+class ClipPromptReward:
+    """Base of the rewards that compare an image with its prompt through one CLIP model."""
+
+    name = "clip"
+
+    def __init__(self, model_path=None, processor_path=None, device: str = "cpu"):
+        self.embedder = ClipEmbedder.load(self.name, model_path, processor_path, device)
+
+    @staticmethod
+    def check_prompts(prompts: Sequence[str]) -> None:
+        return None  # any text can be embedded

@@ -12,11 +12,11 @@ from typing import Sequence
 import numpy as np
 
 from rewardloop.rewards.base import register
-from rewardloop.rewards.clip_common import ClipEmbedder
+from rewardloop.rewards.clip_common import ClipPromptReward
 
 
 @register("clip_score")
-class ClipScore:
+class ClipScore(ClipPromptReward):
     """CLIPScore in [0, 100] of each image against its prompt.
 
     Options (``rewards.clip_score.<option>``):
@@ -30,19 +30,6 @@ class ClipScore:
     """
 
     name = "clip_score"
-
-    def __init__(self, model_path=None, processor_path=None, device: str = "cpu"):
-        self.embedder = ClipEmbedder.load(self.name, model_path, processor_path, device)
-
-    @classmethod
-    def from_embedder(cls, embedder: ClipEmbedder) -> "ClipScore":
-        reward = cls.__new__(cls)
-        reward.embedder = embedder
-        return reward
-
-    @staticmethod
-    def check_prompts(prompts: Sequence[str]) -> None:
-        return None
 
     def score(self, images: Sequence, prompts: Sequence[str]) -> tuple[np.ndarray, list[dict]]:
         cosine = self.embedder.cosine(list(images), list(prompts)).cpu().numpy().astype(np.float64)

@@ -13,11 +13,11 @@ from typing import Sequence
 import numpy as np
 
 from rewardloop.rewards.base import register
-from rewardloop.rewards.clip_common import ClipEmbedder
+from rewardloop.rewards.clip_common import ClipPromptReward
 
 
 @register("pickscore")
-class PickScore:
+class PickScore(ClipPromptReward):
     """PickScore of each image against its prompt.
 
     Options (``rewards.pickscore.<option>``):
@@ -32,19 +32,6 @@ class PickScore:
     """
 
     name = "pickscore"
-
-    def __init__(self, model_path=None, processor_path=None, device: str = "cpu"):
-        self.embedder = ClipEmbedder.load(self.name, model_path, processor_path, device)
-
-    @classmethod
-    def from_embedder(cls, embedder: ClipEmbedder) -> "PickScore":
-        reward = cls.__new__(cls)
-        reward.embedder = embedder
-        return reward
-
-    @staticmethod
-    def check_prompts(prompts: Sequence[str]) -> None:
-        return None
 
     def score(self, images: Sequence, prompts: Sequence[str]) -> tuple[np.ndarray, list[dict]]:
         cosine = self.embedder.cosine(list(images), list(prompts))
