@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CORES ?= 2
 
-.PHONY: venv run test test-fast lint dry-run bench clean-results
+.PHONY: venv run test test-fast lint dry-run bench report summary mlflow-ui clean-results
 
 venv: $(STAMP)
 
@@ -34,6 +34,16 @@ test-fast: $(STAMP)
 
 bench: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/run_all.py
+
+# After `make run`: the HTML report (curves, image grids, config), the per-iteration table, the MLflow UI.
+report: $(STAMP)
+	$(BIN)/snakemake --report report.html
+
+summary: $(STAMP)
+	$(BIN)/rewardloop summary results/
+
+mlflow-ui: $(STAMP)
+	$(BIN)/mlflow ui --backend-store-uri sqlite:///results/mlflow.db --port 5000
 
 clean-results:
 	rm -rf results .snakemake

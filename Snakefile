@@ -2,14 +2,24 @@
 # Each iteration it: generate -> score -> pairs -> train -> export (= model(it)); eval runs beside.
 # Usage: snakemake --cores 2 [--configfile configs/<recipe>.yaml] [--config iterations=5]
 
+from rewardloop import runlock
 from rewardloop.config import validate as validate_config
 
 
 configfile: f"{workflow.basedir}/config.yaml"
 
 
+report: "report/workflow.rst"
+
+
 # Schema (defaults filled, unknown keys refused) and file checks, before any job starts.
 validate_config(config)
+
+
+# One run per results folder, taken when jobs are about to run (not for -n or --lint) and
+# released by the kernel however this process ends (see src/rewardloop/runlock.py).
+onstart:
+    runlock.acquire("results")
 
 
 include: "rules/common.smk"
@@ -20,6 +30,8 @@ include: "rules/pairs.smk"
 include: "rules/train.smk"
 include: "rules/export.smk"
 include: "rules/eval.smk"
+include: "rules/report.smk"
+include: "rules/tracking.smk"
 
 
 rule all:

@@ -30,11 +30,24 @@ ITERATION_ARTIFACTS = (
 )
 
 
+STAGES = ("generate", "score", "pairs", "train", "export", "eval")
+REPORT_DIR = f"{RESULTS}/report"
+TRACKING_RUN = f"{RESULTS}/tracking/run.json"
+
+
 def all_targets():
-    """Every stage's artifact of every iteration: deleting any one of them redoes it (and what follows)."""
+    """Every stage's artifact of every iteration: deleting any one of them redoes it (and what follows).
+
+    Plus the report's figures and config, and (with tracking.enabled) the MLflow tracking markers.
+    """
     targets = [f"{RESULTS}/base/eval.parquet"]
     for it in range(config["iterations"]):
         targets += [f"{iter_dir(it)}/{name}" for name in ITERATION_ARTIFACTS]
+    targets += [f"{REPORT_DIR}/curves.png", f"{REPORT_DIR}/config.yaml", f"{RESULTS}/base/eval_grid.png"]
+    targets += [f"{iter_dir(it)}/{name}" for it in range(config["iterations"]) for name in ("grid.png", "eval_grid.png")]
+    if config["tracking"]["enabled"]:
+        targets += [TRACKING_RUN, f"{RESULTS}/base/tracking.json"]
+        targets += [f"{iter_dir(it)}/tracking.json" for it in range(config["iterations"])]
     return targets
 
 
@@ -75,3 +88,30 @@ def checkpoint_dir_of(wildcards):
 
 def iteration_of(wildcards):
     return int(wildcards.it)
+
+
+def iteration_metrics(wildcards):
+    """metrics/<stage>.json of every stage of the iteration (what track_iteration logs)."""
+    return [f"{iter_dir(wildcards.it)}/metrics/{stage}.json" for stage in STAGES]
+
+
+def iteration_benchmarks(wildcards):
+    """{stage: benchmark TSV} of the iteration; read when present, not inputs (Snakemake writes them)."""
+    return {stage: f"{RESULTS}/benchmarks/iter_{wildcards.it}/{stage}.tsv" for stage in STAGES}
+
+
+def base_benchmark(wildcards):
+    return f"{RESULTS}/benchmarks/base/eval.tsv"
+
+
+def iteration_label(wildcards):
+    return f"iteration {int(wildcards.it)}"
+
+
+def all_iterations_metrics(stage):
+    """An input function: metrics/<stage>.json of every configured iteration, in order."""
+
+    def inputs(wildcards):
+        return [f"{iter_dir(it)}/metrics/{stage}.json" for it in range(config["iterations"])]
+
+    return inputs

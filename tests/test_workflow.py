@@ -45,6 +45,7 @@ def workdir(tmp_path_factory, tiny_model, repo_root):
         "generate": {"prompts_per_iteration": 6, "images_per_prompt": 3, "steps": 4, "batch_size": 32},
         "train": {"steps": 4, "batch_size": 4, "checkpointing_steps": 2},
         "eval": {"seeds": [0], "steps": 4},
+        "tracking": {"enabled": False},  # MLflow is tested in test_tracking.py
     }
     (work / "test.yaml").write_text(yaml.safe_dump(overlay))
     snakemake(work, repo_root)
@@ -101,7 +102,8 @@ def test_extend_iterations_runs_only_new_jobs(workdir, repo_root):
     mtime = old.stat().st_mtime_ns
     result = snakemake(workdir, repo_root, "--config", "iterations=3")
     ran = jobs_run(result)
-    assert sorted(set(ran)) == ["all", "eval", "export", "generate", "pairs", "score", "train"]
+    assert sorted(set(ran)) == ["all", "eval", "export", "generate", "grids", "pairs", "plot_curves",
+                                "report_config", "score", "train"]
     assert ran.count("train") == 1 and old.stat().st_mtime_ns == mtime
     assert (workdir / "results/iter_002/eval.parquet").is_file()
 
@@ -112,7 +114,7 @@ def test_deleted_train_output_is_redone_and_nothing_else(workdir, repo_root):
     samples_mtime = samples.stat().st_mtime_ns
     lora.unlink()
     result = snakemake(workdir, repo_root, "--config", "iterations=3")
-    assert sorted(jobs_run(result)) == ["all", "eval", "export", "train"]
+    assert sorted(jobs_run(result)) == ["all", "eval", "export", "grids", "plot_curves", "train"]
     assert samples.stat().st_mtime_ns == samples_mtime and lora.is_file()
 
 
@@ -130,22 +132,63 @@ def test_inspect_summarises_artifacts(workdir):
 
 
 @pytest.mark.parametrize(
-    "override, message",
+    "bad, message",
     [
-        ("iterations=0", "iterations: 0 is less than the minimum of 1"),
-        ("generate={'resolution': 36}", "generate.resolution: 36 is not divisible by 8"),
-        ("rewards={'ocr': 1.0}", "has none"),
+        ({"iterations": 0}, "iterations: 0 is less than the minimum of 1"),
+        ({"generate": {"resolution": 36}}, "generate.resolution: 36 is not divisible by 8"),
+        ({"rewards": {"ocr": 1.0}}, "has none"),
+        ({"train": {"lr": 0.1}}, "Additional properties are not allowed ('lr'"),
     ],
 )
-def test_bad_config_stops_before_any_job(tmp_path, tiny_model, repo_root, override, message):
+def test_bad_config_stops_before_any_job(tmp_path, tiny_model, repo_root, bad, message):
     (tmp_path / "test.yaml").write_text(yaml.safe_dump({
         "model": {"path": str(tiny_model), "build_tiny": False},
         "prompts": {"train": str(repo_root / "resources/prompts/train.txt"),
                     "eval": str(repo_root / "resources/prompts/eval.txt")},
     }))
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(bad))
     cmd = [SNAKEMAKE, "-s", str(repo_root / "Snakefile"), "--directory", str(tmp_path), "--configfile",
-           str(tmp_path / "test.yaml"), "--cores", "1", "--config", override]
+           str(tmp_path / "test.yaml"), str(tmp_path / "bad.yaml"), "--cores", "1"]
     result = subprocess.run(cmd, capture_output=True, text=True)
     assert result.returncode != 0
     assert message in result.stderr + result.stdout
     assert not (tmp_path / "results").exists()
+
+
+def test_kill_9_during_training_then_same_command_resumes(tmp_path, tiny_model, repo_root):
+    """SIGKILL the whole snakemake process group mid-training; the same command then finishes the
+    run, and training continues from its in-stage checkpoint instead of from step 0."""
+    import signal
+    import time
+
+    overlay = {
+        "iterations": 1,
+        "model": {"path": str(tiny_model), "build_tiny": False},
+        "prompts": {"train": str(repo_root / "resources/prompts/train.txt"),
+                    "eval": str(repo_root / "resources/prompts/eval.txt")},
+        "generate": {"prompts_per_iteration": 4, "images_per_prompt": 2, "steps": 2},
+        "train": {"steps": 400, "batch_size": 2, "checkpointing_steps": 5},
+        "eval": {"seeds": [0], "steps": 2},
+        "tracking": {"enabled": False},
+        "resources": {"threads": 1},
+    }
+    (tmp_path / "test.yaml").write_text(yaml.safe_dump(overlay))
+    cmd = [SNAKEMAKE, "-s", str(repo_root / "Snakefile"), "--directory", str(tmp_path), "--configfile",
+           str(tmp_path / "test.yaml"), "--cores", "1"]
+    state = tmp_path / "results/iter_000/train/state/state.safetensors"
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.time() + 300
+        while not state.exists() and time.time() < deadline:
+            time.sleep(0.5)
+        assert state.exists(), "training never wrote an in-stage checkpoint"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert not (tmp_path / "results/iter_000/train/pytorch_lora_weights.safetensors").exists()
+    snakemake(tmp_path, repo_root)
+    import json
+
+    metrics = json.loads((tmp_path / "results/iter_000/metrics/train.json").read_text())
+    assert metrics["resumed_from_step"] >= 5 and metrics["steps"] == 400
+    assert (tmp_path / "results/iter_000/eval.parquet").is_file()

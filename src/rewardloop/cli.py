@@ -35,9 +35,10 @@ def parser() -> argparse.ArgumentParser:
     inspect.add_argument("paths", nargs="+")
     inspect.set_defaults(func=_inspect)
 
-    from rewardloop import score_cli
+    from rewardloop import score_cli, summary
 
     score_cli.add_parser(commands)
+    summary.add_parser(commands)
     return top
 
 

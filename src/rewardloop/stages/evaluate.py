@@ -28,6 +28,7 @@ def run(cfg, iteration, lora_dir, eval_path, metrics_path, threads=1, progress=T
         rows, _, _ = rollout(pipe, table, seeds, settings, cfg["generate"]["batch_size"],
                              id_prefix="eval", progress=progress, desc="eval")
         scores = score_frame(rows, cfg["rewards"], cfg["score"]["batch_size"], "eval", progress)
+        scores = _add_extra_rewards(scores, rows, cfg)
     scored = scores.merge(rows[["sample_id", "image"]], on="sample_id")
     model_ref = cfg["model"]["path"] + (f" + {lora_dir}" if lora_dir else "")
     write_table(to_arrow(scored), eval_path, meta=provenance(cfg, iteration, model_ref))
@@ -36,3 +37,16 @@ def run(cfg, iteration, lora_dir, eval_path, metrics_path, threads=1, progress=T
     metrics["eval/reward/std"] = stats.pop("eval/reward/raw_std")
     metrics.update(stats)
     write_metrics(metrics, metrics_path)
+
+
+def _add_extra_rewards(scores, rows, cfg):
+    """``eval.rewards``: extra ``reward_<name>`` columns, scored here only; ``reward`` stays the configured one."""
+    extra = cfg["eval"].get("rewards") or {}
+    if not extra:
+        return scores
+    clash = sorted(set(extra) & set(cfg["rewards"]))
+    if clash:
+        raise ValueError(f"eval.rewards: {', '.join(clash)} already in rewards (names must differ)")
+    extra_scores = score_frame(rows, extra, cfg["score"]["batch_size"], "eval (eval.rewards)", progress=False)
+    columns = [f"reward_{name}" for name in extra]
+    return scores.assign(**{c: extra_scores[c].to_numpy() for c in columns})

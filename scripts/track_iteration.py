@@ -1,0 +1,16 @@
+"""Snakemake entry point of rule track_iteration: log one iteration into its MLflow child run."""
+from rewardloop.snakemake_job import job
+
+with job(snakemake):  # noqa: F821
+    from rewardloop import tracking
+
+    tracking.track_iteration(
+        snakemake.input.run,
+        snakemake.params.iteration,
+        tracking.iter_names(snakemake.input.metrics),
+        {"samples": snakemake.input.samples, "scores": snakemake.input.scores, "eval": snakemake.input.eval},
+        {"rollout_grid.png": snakemake.input.grid, "eval_grid.png": snakemake.input.eval_grid},
+        snakemake.params.benchmarks,
+        snakemake.params.steps_per_iteration,
+        snakemake.output.marker,
+    )

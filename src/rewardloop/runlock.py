@@ -1,0 +1,44 @@
+"""One workflow run per results folder, with a lock that a killed run cannot leave behind.
+
+Snakemake's own directory lock survives a ``kill -9`` and then makes the rerun stop until the user
+runs ``--unlock``. This lock is an ``flock`` held by the main snakemake process for its lifetime:
+the kernel releases it when that process dies, however it dies, so rerunning the same command
+just works, while a second concurrent run in the same folder is refused. The profiles therefore
+set ``nolock: true``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+LOCK_NAME = ".rewardloop.lock"
+_held: list = []  # keeps the file object (and so the lock) alive until the process exits
+
+
+class RunLockedError(RuntimeError):
+    pass
+
+
+def acquire(folder: str | os.PathLike) -> Path:
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / LOCK_NAME
+    handle = open(path, "a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        owner = handle.read().strip() or "unknown"
+        handle.close()
+        raise RunLockedError(
+            f"{folder}: another rewardloop run is active in this results folder (pid {owner}); "
+            "wait for it to finish or stop it first"
+        ) from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(str(os.getpid()))
+    handle.flush()
+    _held.append(handle)
+    return path

@@ -1,0 +1,199 @@
+"""`rewardloop summary results/`: one line per iteration (the base model's eval first) and the curves figure.
+
+Reads only what the stages and Snakemake leave: ``iter_XXX/metrics/<stage>.json`` and
+``benchmarks/iter_XXX/<stage>.tsv`` (wall seconds of each job). Missing files give empty cells, so
+it works on a run that is still going.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+from pathlib import Path
+
+STAGES = ("generate", "score", "pairs", "train", "export", "eval")
+COLUMNS = ["iteration", "reward_mean", "reward_std", "eval_mean", "pairs", "final_loss", "final_acc",
+           *[f"{stage}_s" for stage in STAGES], "total_s"]
+
+
+def _json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _bench_seconds(path: Path):
+    try:
+        lines = path.read_text().splitlines()
+        header, last = lines[0].split("\t"), lines[-1].split("\t")
+        return float(last[header.index("s")]) if len(lines) > 1 else None
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _iterations(results: Path) -> list[int]:
+    found = [int(m.group(1)) for p in results.glob("iter_*") if (m := re.fullmatch(r"iter_(\d{3})", p.name))]
+    return sorted(found)
+
+
+def rows(results) -> list[dict]:
+    """The summary rows: base first (iteration -1), then every iteration folder in order."""
+    results = Path(results)
+    if not results.is_dir():
+        raise FileNotFoundError(f"{results}: not a folder")
+    out = []
+    base = _json(results / "base/metrics/eval.json")
+    if base:
+        row = dict.fromkeys(COLUMNS)
+        row.update(iteration=-1, eval_mean=base.get("eval/reward/mean"),
+                   eval_s=_bench_seconds(results / "benchmarks/base/eval.tsv") or base.get("perf/eval_time"))
+        row["total_s"] = row["eval_s"]
+        out.append(row)
+    for it in _iterations(results):
+        folder = results / f"iter_{it:03d}"
+        metrics = {stage: _json(folder / "metrics" / f"{stage}.json") for stage in STAGES}
+        history = metrics["train"].get("history") or []
+        row = dict.fromkeys(COLUMNS)
+        row.update(
+            iteration=it,
+            reward_mean=metrics["score"].get("rollout/reward/raw_mean"),
+            reward_std=metrics["score"].get("rollout/reward/raw_std"),
+            eval_mean=metrics["eval"].get("eval/reward/mean"),
+            pairs=metrics["pairs"].get("pairs/count"),
+            final_loss=history[-1].get("train/loss") if history else metrics["train"].get("train/loss/last_quarter"),
+            final_acc=history[-1].get("train/implicit_acc") if history else None,
+        )
+        fallback = {"generate": "perf/rollout_time", "score": "perf/score_time", "train": "perf/train_time",
+                    "eval": "perf/eval_time"}
+        for stage in STAGES:
+            seconds = _bench_seconds(results / "benchmarks" / f"iter_{it:03d}" / f"{stage}.tsv")
+            if seconds is None and stage in fallback:
+                seconds = metrics[stage].get(fallback[stage])
+            row[f"{stage}_s"] = seconds
+        # eval runs beside the loop: the iteration's time on the training path excludes it
+        loop = [row[f"{s}_s"] for s in STAGES if s != "eval" and row[f"{s}_s"] is not None]
+        row["total_s"] = sum(loop) if loop else None
+        out.append(row)
+    if not out:
+        raise FileNotFoundError(f"{results}: no base/ or iter_XXX/ metrics found")
+    return out
+
+
+def _cell(value, column) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if column == "iteration":
+        return "base" if value == -1 else str(value)
+    if isinstance(value, float):
+        return f"{value:.1f}" if column.endswith("_s") else f"{value:.4f}"
+    return str(value)
+
+
+def format_table(table: list[dict]) -> str:
+    headers = ["iter", "reward (mean ± std)", "eval mean", "pairs", "final loss", "final acc",
+               *[f"{s} s" for s in STAGES], "loop s"]
+    body = []
+    for row in table:
+        reward = "-" if row["reward_mean"] is None else \
+            f"{row['reward_mean']:.4f} ± {row['reward_std'] if row['reward_std'] is not None else float('nan'):.4f}"
+        body.append([_cell(row["iteration"], "iteration"), reward, _cell(row["eval_mean"], "eval_mean"),
+                     _cell(row["pairs"], "pairs"), _cell(row["final_loss"], "final_loss"),
+                     _cell(row["final_acc"], "final_acc"),
+                     *[_cell(row[f"{s}_s"], f"{s}_s") for s in STAGES], _cell(row["total_s"], "total_s")])
+    widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(headers, widths))]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in body]
+    return "\n".join(lines)
+
+
+def format_csv(table: list[dict]) -> str:
+    import csv
+    import io
+
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for row in table:
+        writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
+    return buf.getvalue().rstrip("\n")
+
+
+def render(results, fmt: str = "table") -> str:
+    table = rows(results)
+    if fmt == "csv":
+        return format_csv(table)
+    if fmt == "json":
+        return json.dumps(table, indent=2)
+    return format_table(table)
+
+
+def add_parser(commands) -> None:
+    summary = commands.add_parser("summary", help="one line per iteration: rewards, eval, pairs, loss, wall times")
+    summary.add_argument("results", nargs="?", default="results", help="the workflow's results folder")
+    summary.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    summary.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> None:
+    print(render(args.results, args.format))
+
+
+# ------------------------------------------------------------------------------------- curves.png
+
+
+def plot_curves(base_eval, score_files, eval_files, train_files, steps_per_iteration: int, out_path) -> None:
+    """Reward per iteration (rollout mean ± std, eval mean; base at -1) and the training curves."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from rewardloop.artifacts import atomic_path
+
+    its = list(range(len(score_files)))
+    scores = [_json(Path(p)) for p in score_files]
+    evals = [_json(Path(p)) for p in eval_files]
+    base = _json(Path(base_eval))
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 7), constrained_layout=True)
+    mean = [s.get("rollout/reward/raw_mean", float("nan")) for s in scores]
+    std = [s.get("rollout/reward/raw_std", 0.0) for s in scores]
+    top.errorbar(its, mean, yerr=std, marker="o", capsize=3, label="rollout mean ± std")
+    eval_x = [-1] + its
+    eval_y = [base.get("eval/reward/mean", float("nan"))] + [e.get("eval/reward/mean", float("nan")) for e in evals]
+    top.plot(eval_x, eval_y, marker="s", label="eval mean (base = -1)")
+    extra = sorted({k for e in [base, *evals] for k in e if k.startswith("eval/reward_") and k.endswith("/mean")})
+    for key in extra:
+        top.plot(eval_x, [e.get(key, float("nan")) for e in [base, *evals]], linestyle="--", marker=".",
+                 label=key.removeprefix("eval/").removesuffix("/mean"))
+    top.set_xlabel("iteration")
+    top.set_ylabel("reward")
+    top.set_xticks(eval_x)
+    top.set_title("reward per iteration")
+    top.legend(fontsize=8)
+    top.grid(alpha=0.3)
+    steps, loss, acc = [], [], []
+    for it, path in enumerate(train_files):
+        for i, record in enumerate(_json(Path(path)).get("history") or []):
+            steps.append(it * steps_per_iteration + int(record.get("step", i)))
+            loss.append(record.get("train/loss", float("nan")))
+            acc.append(record.get("train/implicit_acc", float("nan")))
+    bottom.plot(steps, loss, label="train/loss")
+    for it in its[1:]:
+        bottom.axvline(it * steps_per_iteration, color="grey", alpha=0.3, linewidth=0.8)
+    bottom.set_xlabel("global optimizer step")
+    bottom.set_ylabel("loss")
+    bottom.grid(alpha=0.3)
+    if any(not math.isnan(a) for a in acc):
+        twin = bottom.twinx()
+        twin.plot(steps, acc, color="tab:green", alpha=0.6, label="train/implicit_acc")
+        twin.set_ylabel("implicit accuracy")
+        twin.legend(loc="upper right", fontsize=8)
+    bottom.legend(loc="upper left", fontsize=8)
+    bottom.set_title("training")
+    with atomic_path(out_path) as tmp:
+        fig.savefig(tmp, format="png", dpi=100)
+    plt.close(fig)

@@ -1,0 +1,421 @@
+"""MLflow tracking of a workflow run, from the artifacts the stages leave (the stages never import mlflow).
+
+* ``start_parent_run`` (rule tracking_run, local, once per results folder): creates the experiment
+  when missing and ONE parent run; writes its id to ``results/tracking/run.json``. Params of the
+  parent run are the flattened config; tags are the git commit, the rewardloop version and the model.
+* ``track_iteration`` (rule track_iteration): finds (by tags) or creates the child run ``iter_XXX``
+  and logs the iteration's metrics (step = iteration), reward statistics from the Parquet tables,
+  the training curves (step = global optimizer step) and the image grids; the per-iteration metrics
+  and the curves also go into the parent run, so that it shows one curve over all iterations.
+* ``track_base``: the base model's eval at step -1 into the parent run.
+
+Every logged value carries a timestamp derived from its source file's mtime, so a rerun logs the
+same rows again, which MLflow deduplicates. A tracking failure (server down, database locked for
+too long) never fails the job: the marker JSON gets ``status: failed`` and the reason, and the
+artifacts of the stages are only read. ``snakemake --forcerun <rule>`` logs again.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Callable, Iterable, Mapping
+
+import pandas as pd
+
+from rewardloop import __version__
+from rewardloop.artifacts import write_json
+
+DEFAULT_TRACKING_URI = "sqlite:///results/mlflow.db"
+ENV_TRACKING_URI = "MLFLOW_TRACKING_URI"
+STAGES = ("generate", "score", "pairs", "train", "export", "eval")
+QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
+TAG_ROLE, TAG_PARENT, TAG_ITERATION = "rewardloop.role", "rewardloop.parent_run_id", "rewardloop.iteration"
+MAX_PARAM_VAL_LENGTH, MAX_KEY_LENGTH, MAX_TAG_VAL_LENGTH = 6000, 250, 8000  # mlflow.utils.validation
+LOCK_MARKERS = ("database is locked", "database table is locked", "sqlite_busy")
+
+# Defaults for a job that talks to a server: fail within about a minute, not the 7 retries of
+# MLflow's default; the user's own settings win. No telemetry from a job.
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "3")
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+
+retry_stats = {"calls": 0, "retries": 0, "waited_s": 0.0}
+
+
+class TrackingError(RuntimeError):
+    pass
+
+
+def tracking_uri() -> str:
+    """``$MLFLOW_TRACKING_URI`` when set, else ``sqlite:///results/mlflow.db`` (relative to the workdir)."""
+    return os.environ.get(ENV_TRACKING_URI) or DEFAULT_TRACKING_URI
+
+
+def _is_locked(exc: BaseException) -> bool:
+    text = f"{type(exc).__name__}: {exc}".lower()
+    return any(marker in text for marker in LOCK_MARKERS)
+
+
+def retry(fn: Callable, *args, attempts: int = 12, base_delay: float = 0.05, max_delay: float = 4.0, **kwargs):
+    """``fn(*args, **kwargs)``, retried with exponential backoff and jitter while SQLite is locked.
+
+    Several jobs may log into one SQLite file at once; SQLite serialises writers and a writer that
+    waits longer than its busy timeout gets "database is locked". Other errors propagate at once.
+    """
+    retry_stats["calls"] += 1
+    for attempt in range(attempts):
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:  # mlflow wraps sqlalchemy's OperationalError in MlflowException
+            if not _is_locked(exc) or attempt == attempts - 1:
+                raise
+            delay = min(max_delay, base_delay * 2 ** attempt) * (0.5 + random.random())
+            retry_stats["retries"] += 1
+            retry_stats["waited_s"] += delay
+            print(f"tracking: database locked ({type(exc).__name__}); retry {attempt + 1} in {delay:.2f}s",
+                  file=sys.stderr, flush=True)
+            time.sleep(delay)
+
+
+def client(uri: str):
+    """An MlflowClient for ``uri`` (for SQLite: its folder is created, its store opened with retries)."""
+    from mlflow.tracking import MlflowClient
+
+    if uri.startswith("sqlite:///"):
+        db = Path(uri[len("sqlite:///"):].split("?")[0])
+        db.parent.mkdir(parents=True, exist_ok=True)
+    mlflow_client = MlflowClient(tracking_uri=uri)
+    retry(mlflow_client.search_experiments, max_results=1)  # opens the store (a new SQLite file: its schema)
+    return mlflow_client
+
+
+def artifact_location(uri: str) -> str | None:
+    """Artifacts of a SQLite store go beside the database (MLflow would pick ./mlruns); servers decide."""
+    if uri.startswith("sqlite:///"):
+        db = Path(uri[len("sqlite:///"):].split("?")[0])
+        return (db.parent / "mlartifacts").resolve().as_uri()
+    return None
+
+
+def get_or_create_experiment(mlflow_client, name: str, uri: str) -> str:
+    experiment = retry(mlflow_client.get_experiment_by_name, name)
+    if experiment is not None:
+        if experiment.lifecycle_stage == "deleted":
+            raise TrackingError(f"experiment {name!r} is deleted; restore it or set tracking.experiment")
+        return experiment.experiment_id
+    try:
+        return retry(mlflow_client.create_experiment, name, artifact_location=artifact_location(uri))
+    except Exception:  # another process created it meanwhile
+        experiment = retry(mlflow_client.get_experiment_by_name, name)
+        if experiment is None:
+            raise
+        return experiment.experiment_id
+
+
+# ---------------------------------------------------------------------------------------- values
+
+
+def flatten(obj, prefix: str = "") -> dict[str, str]:
+    """Nested config → {"train.lora.rank": "8", ...}; keys and values cut to MLflow's limits."""
+    flat = {}
+    if isinstance(obj, Mapping) and obj:
+        for key, value in obj.items():
+            flat.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+    elif prefix:
+        text = obj if isinstance(obj, str) else json.dumps(obj, default=str)
+        flat[prefix[:MAX_KEY_LENGTH]] = text[:MAX_PARAM_VAL_LENGTH]
+    return flat
+
+
+def _number(value) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _mtime_ms(path) -> int:
+    return int(Path(path).stat().st_mtime * 1000)
+
+
+def stage_metrics(stage: str, metrics: Mapping) -> dict[str, float]:
+    """The numeric entries of a stage's metrics JSON; plain keys get the stage as prefix."""
+    out = {}
+    for key, value in metrics.items():
+        if key in ("iteration", "history"):
+            continue
+        number = _number(value)
+        if number is not None:
+            if key == "perf/model_load_time":  # generate and train both load a model
+                key = f"perf/model_load_time/{stage}"
+            out[key if "/" in key else f"{stage}/{key}"] = number
+    return out
+
+
+def reward_columns(frame: pd.DataFrame) -> list[str]:
+    return [c for c in frame.columns if c == "reward" or (c.startswith("reward_") and c != "reward_details")]
+
+
+def reward_distribution(frame: pd.DataFrame, prefix: str, raw: bool) -> dict[str, float]:
+    """mean/std/min/max/quantiles of the combined reward and of each component."""
+    tag = "raw_" if raw else ""
+    out = {}
+    for column in reward_columns(frame):
+        values = frame[column].astype(float)
+        if values.empty:
+            continue
+        out[f"{prefix}/{column}/{tag}mean"] = float(values.mean())
+        out[f"{prefix}/{column}/{tag}std"] = float(values.std(ddof=0))
+        out[f"{prefix}/{column}/{tag}min"] = float(values.min())
+        out[f"{prefix}/{column}/{tag}max"] = float(values.max())
+        for q in QUANTILES:
+            out[f"{prefix}/{column}/{tag}q{int(q * 100):02d}"] = float(values.quantile(q))
+    return out
+
+
+def benchmark_seconds(path) -> float | None:
+    """Wall seconds of a Snakemake benchmark TSV (first column ``s``); None when absent."""
+    try:
+        table = pd.read_csv(path, sep="\t")
+        return float(table["s"].iloc[-1])
+    except (OSError, KeyError, IndexError, ValueError, pd.errors.EmptyDataError):
+        return None
+
+
+def train_curve(history: list[Mapping], iteration: int, steps_per_iteration: int, end_ms: int):
+    """[(key, value, timestamp_ms, global_step)] of a train.json history.
+
+    Global step = iteration * steps_per_iteration + step, so the curves of consecutive iterations
+    join; timestamps are reconstructed backwards from the file's mtime with the per-step times.
+    """
+    points = []
+    remaining = [float(h.get("time") or 0.0) for h in history]
+    for i, record in enumerate(history):
+        step = iteration * steps_per_iteration + int(record.get("step", i))
+        ts = end_ms - int(1000 * sum(remaining[i + 1:]))
+        for key, value in record.items():
+            if key in ("step",):
+                continue
+            name = {"lr": "train/lr", "time": "perf/train_step_time"}.get(key, key)
+            number = _number(value)
+            if number is not None:
+                points.append((name, number, max(ts, 0), step))
+    return points
+
+
+# ------------------------------------------------------------------------------------------ MLflow
+
+
+def _log(mlflow_client, run_id: str, metrics=(), params: Mapping | None = None, tags: Mapping | None = None):
+    """log_batch in chunks below MLflow's limits (1000 metrics, 100 params+tags per call)."""
+    from mlflow.entities import Metric, Param, RunTag
+
+    metrics = [Metric(k, v, ts, step) for k, v, ts, step in metrics]
+    for start in range(0, len(metrics), 1000):
+        retry(mlflow_client.log_batch, run_id, metrics=metrics[start:start + 1000])
+    params = [Param(k, v) for k, v in (params or {}).items()]
+    for start in range(0, len(params), 100):
+        retry(mlflow_client.log_batch, run_id, params=params[start:start + 100])
+    tags = [RunTag(k, str(v)[:MAX_TAG_VAL_LENGTH]) for k, v in (tags or {}).items()]
+    for start in range(0, len(tags), 100):
+        retry(mlflow_client.log_batch, run_id, tags=tags[start:start + 100])
+
+
+def _log_artifacts(mlflow_client, run_id: str, files: Mapping[str, str], artifact_path: str | None = None):
+    """Upload ``{name in the run: local file}``: copies under the wanted names, one upload."""
+    with tempfile.TemporaryDirectory(prefix="rewardloop-artifacts-") as tmp:
+        for name, source in files.items():
+            shutil.copyfile(source, Path(tmp) / name)
+        retry(mlflow_client.log_artifacts, run_id, tmp, artifact_path)
+    return sorted(files)
+
+
+def git_commit(repo: str | os.PathLike | None) -> str | None:
+    if not repo:
+        return None
+    try:
+        out = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=10)
+        if out.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return out.stdout.strip() + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def model_reference(config: Mapping) -> str:
+    model = config.get("model", {})
+    ref = str(model.get("path"))
+    return ref + (f" + {model['init_lora']}" if model.get("init_lora") else "")
+
+
+def _failure(marker: dict, exc: BaseException, path) -> dict:
+    marker.update(status="failed", reason=f"{type(exc).__name__}: {exc}".strip()[:2000])
+    print(f"tracking FAILED (the workflow goes on; `snakemake --forcerun <rule>` logs again): {marker['reason']}",
+          file=sys.stderr, flush=True)
+    traceback.print_exc()
+    write_json(marker, path)
+    return marker
+
+
+def start_parent_run(config: Mapping, run_json, repo: str | None = None) -> dict:
+    """Rule tracking_run: create ONE parent run and write its id (or the failure) to ``run_json``."""
+    tracking = config.get("tracking", {})
+    uri = tracking_uri()
+    marker = {"status": "ok", "tracking_uri": uri, "experiment": tracking.get("experiment", "rewardloop")}
+    try:
+        mlflow_client = client(uri)
+        experiment_id = get_or_create_experiment(mlflow_client, marker["experiment"], uri)
+        name = tracking.get("run_name") or Path.cwd().name
+        tags = {
+            TAG_ROLE: "parent",
+            "rewardloop.version": __version__,
+            "rewardloop.model": model_reference(config),
+            "rewardloop.workdir": str(Path.cwd()),
+        }
+        commit = git_commit(repo)
+        if commit:
+            tags["mlflow.source.git.commit"] = commit.removesuffix("-dirty")
+            tags["rewardloop.git_commit"] = commit  # "-dirty": tracked files differed from the commit
+        run = retry(mlflow_client.create_run, experiment_id, run_name=name, tags=tags)
+        run_id = run.info.run_id
+        _log(mlflow_client, run_id, params=flatten(dict(config)))
+        retry(mlflow_client.set_terminated, run_id, "FINISHED")
+        marker.update(experiment_id=experiment_id, run_id=run_id, run_name=name)
+        print(f"tracking: parent run {run_id} ({name}) in experiment {marker['experiment']} at {uri}", flush=True)
+    except Exception as exc:
+        return _failure(marker, exc, run_json)
+    write_json(marker, run_json)
+    return marker
+
+
+def _parent(run_json) -> dict:
+    parent = json.loads(Path(run_json).read_text())
+    if parent.get("status") != "ok" or not parent.get("run_id"):
+        raise TrackingError(f"no parent run ({run_json}: {parent.get('reason', 'status ' + str(parent.get('status')))}); "
+                            "rerun with `snakemake --forcerun tracking_run`")
+    uri = tracking_uri()
+    if uri != parent["tracking_uri"]:
+        raise TrackingError(f"tracking URI is {uri} but the parent run lives at {parent['tracking_uri']}; "
+                            "rerun with `snakemake --forcerun tracking_run`")
+    return parent
+
+
+def find_or_create_child(mlflow_client, parent: Mapping, iteration: int) -> str:
+    """The child run of ``iteration`` under the parent (found by tags, so reruns reuse it)."""
+    query = f"tags.`{TAG_PARENT}` = '{parent['run_id']}' and tags.`{TAG_ITERATION}` = '{iteration}'"
+    found = retry(mlflow_client.search_runs, [parent["experiment_id"]], filter_string=query, max_results=1)
+    if found:
+        return found[0].info.run_id
+    tags = {
+        "mlflow.parentRunId": parent["run_id"],
+        TAG_PARENT: parent["run_id"],
+        TAG_ITERATION: str(iteration),
+        TAG_ROLE: "iteration",
+        "rewardloop.version": __version__,
+    }
+    run = retry(mlflow_client.create_run, parent["experiment_id"], run_name=f"iter_{iteration:03d}", tags=tags)
+    return run.info.run_id
+
+
+def iteration_points(iteration: int, metrics_files: Mapping[str, str], tables: Mapping[str, str],
+                     benchmarks: Mapping[str, str], steps_per_iteration: int):
+    """(per-iteration points at step=iteration, training-curve points at global steps, summary)."""
+    points, curve = [], []
+    wall_total = 0.0
+    for stage, path in metrics_files.items():
+        metrics = json.loads(Path(path).read_text())
+        ts = _mtime_ms(path)
+        points += [(k, v, ts, iteration) for k, v in stage_metrics(stage, metrics).items()]
+        if stage == "train" and metrics.get("history"):
+            curve = train_curve(metrics["history"], iteration, steps_per_iteration, ts)
+        bench = benchmark_seconds(benchmarks.get(stage, ""))
+        if bench is not None:
+            points.append((f"perf/wall/{stage}", bench, ts, iteration))
+            wall_total += bench if stage != "eval" else 0.0  # eval runs beside the loop
+    if wall_total:
+        points.append(("perf/wall/iteration", wall_total, _mtime_ms(metrics_files["export"]), iteration))
+    if "scores" in tables:
+        scores = pd.read_parquet(tables["scores"], columns=None).drop(columns=["reward_details"], errors="ignore")
+        points += [(k, v, _mtime_ms(tables["scores"]), iteration)
+                   for k, v in reward_distribution(scores, "rollout", raw=True).items()]
+    if "eval" in tables:
+        evals = pd.read_parquet(tables["eval"]).drop(columns=["image", "reward_details"], errors="ignore")
+        dist = reward_distribution(evals, "eval", raw=False)
+        points += [(k, v, _mtime_ms(tables["eval"]), iteration) for k, v in dist.items()
+                   if not k.endswith("/mean") and not k.endswith("/std")]  # eval.json has those already
+    return points, curve
+
+
+def track_iteration(run_json, iteration: int, metrics_files: Mapping[str, str], tables: Mapping[str, str],
+                    grids: Mapping[str, str], benchmarks: Mapping[str, str], steps_per_iteration: int,
+                    marker_path) -> dict:
+    """Rule track_iteration: log one iteration into its child run (and the curves into the parent)."""
+    marker = {"status": "ok", "iteration": iteration}
+    try:
+        parent = _parent(run_json)
+        marker.update(tracking_uri=parent["tracking_uri"], parent_run_id=parent["run_id"],
+                      experiment_id=parent["experiment_id"])
+        points, curve = iteration_points(iteration, metrics_files, tables, benchmarks, steps_per_iteration)
+        mlflow_client = client(parent["tracking_uri"])
+        run_id = find_or_create_child(mlflow_client, parent, iteration)
+        marker["run_id"] = run_id
+        retry(mlflow_client.update_run, run_id, status="RUNNING")
+        _log(mlflow_client, run_id, metrics=points + curve,
+             params={"iteration": str(iteration), "steps_per_iteration": str(steps_per_iteration)})
+        _log(mlflow_client, parent["run_id"], metrics=points + curve)
+        marker["artifacts"] = _log_artifacts(mlflow_client, run_id, grids)
+        retry(mlflow_client.set_terminated, run_id, "FINISHED")
+        marker["metrics"] = sorted({p[0] for p in points})
+        marker["train_curve"] = {"points": len(curve),
+                                 "steps": [min((p[3] for p in curve), default=None),
+                                           max((p[3] for p in curve), default=None)]}
+        marker["retries"] = retry_stats["retries"]
+        print(f"tracking: iteration {iteration} -> run {run_id}: {len(points)} values, "
+              f"{len(curve)} curve points, artifacts {marker['artifacts']}", flush=True)
+    except Exception as exc:
+        return _failure(marker, exc, marker_path)
+    write_json(marker, marker_path)
+    return marker
+
+
+def track_base(run_json, metrics_file, table, grid, benchmark, marker_path) -> dict:
+    """Rule track_base: the base model's eval into the parent run at step -1."""
+    marker = {"status": "ok", "iteration": -1}
+    try:
+        parent = _parent(run_json)
+        marker.update(tracking_uri=parent["tracking_uri"], run_id=parent["run_id"])
+        metrics = json.loads(Path(metrics_file).read_text())
+        ts = _mtime_ms(metrics_file)
+        points = [(k, v, ts, -1) for k, v in stage_metrics("eval", metrics).items()]
+        evals = pd.read_parquet(table).drop(columns=["image", "reward_details"], errors="ignore")
+        points += [(k, v, _mtime_ms(table), -1) for k, v in reward_distribution(evals, "eval", raw=False).items()
+                   if not k.endswith("/mean") and not k.endswith("/std")]
+        bench = benchmark_seconds(benchmark)
+        if bench is not None:
+            points.append(("perf/wall/eval", bench, ts, -1))
+        mlflow_client = client(parent["tracking_uri"])
+        _log(mlflow_client, parent["run_id"], metrics=points)
+        marker["artifacts"] = _log_artifacts(mlflow_client, parent["run_id"], {"eval_grid.png": grid}, "base")
+        marker["metrics"] = sorted({p[0] for p in points})
+        print(f"tracking: base eval -> parent run {parent['run_id']}: {len(points)} values", flush=True)
+    except Exception as exc:
+        return _failure(marker, exc, marker_path)
+    write_json(marker, marker_path)
+    return marker
+
+
+def iter_names(paths: Iterable[str]) -> dict[str, str]:
+    """{stage: path} of metrics/<stage>.json paths."""
+    return {Path(p).stem: str(p) for p in paths}

@@ -1,0 +1,98 @@
+"""`rewardloop summary`: per-iteration table from the metrics JSONs and benchmarks, on a real tiny run."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rewardloop import summary
+
+BIN = Path(sys.executable).parent
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory, tiny_model, repo_root) -> Path:
+    """One tiny iteration of the real workflow (no MLflow): what `summary` reads."""
+    work = tmp_path_factory.mktemp("summary-run")
+    (work / "test.yaml").write_text(yaml.safe_dump({
+        "iterations": 1,
+        "model": {"path": str(tiny_model), "build_tiny": False},
+        "prompts": {"train": str(repo_root / "resources/prompts/train.txt"),
+                    "eval": str(repo_root / "resources/prompts/eval.txt")},
+        "generate": {"prompts_per_iteration": 4, "images_per_prompt": 2, "steps": 2, "batch_size": 32},
+        "train": {"steps": 3, "batch_size": 4, "checkpointing_steps": 3},
+        "eval": {"seeds": [0], "steps": 2},
+        "tracking": {"enabled": False},
+    }))
+    cmd = [str(BIN / "snakemake"), "-s", str(repo_root / "Snakefile"), "--directory", str(work), "--configfile",
+           str(work / "test.yaml"), "--cores", "2"]
+    out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert out.returncode == 0, out.stderr[-4000:]
+    assert not (work / "results/tracking").exists()  # tracking.enabled: false adds no tracking job
+    return work / "results"
+
+
+@pytest.mark.workflow
+def test_summary_rows_of_a_real_run(results):
+    rows = summary.rows(results)
+    assert [r["iteration"] for r in rows] == [-1, 0]
+    base, it0 = rows
+    assert base["eval_mean"] == json.loads((results / "base/metrics/eval.json").read_text())["eval/reward/mean"]
+    score = json.loads((results / "iter_000/metrics/score.json").read_text())
+    train = json.loads((results / "iter_000/metrics/train.json").read_text())
+    assert it0["reward_mean"] == score["rollout/reward/raw_mean"] and it0["reward_std"] == score["rollout/reward/raw_std"]
+    assert it0["final_loss"] == train["history"][-1]["train/loss"]
+    assert it0["pairs"] == json.loads((results / "iter_000/metrics/pairs.json").read_text())["pairs/count"]
+    assert all(it0[f"{s}_s"] is not None and it0[f"{s}_s"] >= 0 for s in summary.STAGES)
+    assert it0["total_s"] == pytest.approx(sum(it0[f"{s}_s"] for s in summary.STAGES if s != "eval"))
+
+
+@pytest.mark.workflow
+@pytest.mark.parametrize("fmt", ["table", "csv", "json"])
+def test_summary_cli_formats(results, fmt):
+    out = subprocess.run([str(BIN / "rewardloop"), "summary", str(results), "--format", fmt],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    if fmt == "table":
+        lines = out.stdout.splitlines()
+        assert "reward (mean ± std)" in lines[0] and lines[2].split()[0] == "base" and lines[3].split()[0] == "0"
+        assert " ± " in lines[3]
+    elif fmt == "csv":
+        table = list(csv.DictReader(io.StringIO(out.stdout)))
+        assert [r["iteration"] for r in table] == ["-1", "0"] and table[0]["reward_mean"] == ""
+    else:
+        assert [r["iteration"] for r in json.loads(out.stdout)] == [-1, 0]
+
+
+@pytest.mark.workflow
+def test_report_renders(results, repo_root):
+    """`snakemake --report` on the finished run (an HTML file with the curves and grids)."""
+    work = results.parent
+    cmd = [str(BIN / "snakemake"), "-s", str(repo_root / "Snakefile"), "--directory", str(work), "--configfile",
+           str(work / "test.yaml"), "--report", str(work / "report.html")]
+    out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert out.returncode == 0, out.stderr[-4000:]
+    html = (work / "report.html").read_text()
+    assert "curves.png" in html and "eval_grid.png" in html and "config.yaml" in html
+
+
+def test_summary_handles_missing_files_and_benchmarks(tmp_path):
+    (tmp_path / "iter_000/metrics").mkdir(parents=True)
+    (tmp_path / "iter_000/metrics/score.json").write_text('{"rollout/reward/raw_mean": 1.5, "rollout/reward/raw_std": 0.5}')
+    (tmp_path / "benchmarks/iter_000").mkdir(parents=True)
+    (tmp_path / "benchmarks/iter_000/train.tsv").write_text("s\th:m:s\n12.5\t0:00:12\n")
+    (tmp_path / "iter_000/metrics/train.json").write_text('{"perf/train_time": 9.0, "history": []}')
+    rows = summary.rows(tmp_path)
+    assert len(rows) == 1 and rows[0]["reward_mean"] == 1.5 and rows[0]["train_s"] == 12.5
+    assert rows[0]["eval_mean"] is None and rows[0]["total_s"] == 12.5
+    assert "1.5000 ± 0.5000" in summary.render(tmp_path)
+    with pytest.raises(FileNotFoundError):
+        summary.rows(tmp_path / "nope")
