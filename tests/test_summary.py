@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from rewardloop import summary
+from workflow_helpers import snakemake, tiny_overlay, write_overlay
 
 BIN = Path(sys.executable).parent
 
@@ -22,20 +22,11 @@ BIN = Path(sys.executable).parent
 def results(tmp_path_factory, tiny_model, repo_root) -> Path:
     """One tiny iteration of the real workflow (no MLflow): what `summary` reads."""
     work = tmp_path_factory.mktemp("summary-run")
-    (work / "test.yaml").write_text(yaml.safe_dump({
-        "iterations": 1,
-        "model": {"path": str(tiny_model), "build_tiny": False},
-        "prompts": {"train": str(repo_root / "resources/prompts/train.txt"),
-                    "eval": str(repo_root / "resources/prompts/eval.txt")},
-        "generate": {"prompts_per_iteration": 4, "images_per_prompt": 2, "steps": 2, "batch_size": 32},
-        "train": {"steps": 3, "batch_size": 4, "checkpointing_steps": 3},
-        "eval": {"seeds": [0], "steps": 2},
-        "tracking": {"enabled": False},
-    }))
-    cmd = [str(BIN / "snakemake"), "-s", str(repo_root / "Snakefile"), "--directory", str(work), "--configfile",
-           str(work / "test.yaml"), "--cores", "2"]
-    out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    assert out.returncode == 0, out.stderr[-4000:]
+    write_overlay(work, tiny_overlay(
+        tiny_model, iterations=1, generate={"prompts_per_iteration": 4, "images_per_prompt": 2, "steps": 2},
+        train={"steps": 3, "checkpointing_steps": 3}, eval={"steps": 2}, tracking={"enabled": False},
+    ))
+    snakemake(work)
     assert not (work / "results/tracking").exists()  # tracking.enabled: false adds no tracking job
     return work / "results"
 

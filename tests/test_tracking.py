@@ -18,9 +18,11 @@ import pytest
 import yaml
 
 from rewardloop import tracking
+from workflow_helpers import snakemake as run_snakemake
+from workflow_helpers import tiny_overlay, write_overlay
 
 BIN = Path(sys.executable).parent
-SNAKEMAKE, MLFLOW = str(BIN / "snakemake"), str(BIN / "mlflow")
+MLFLOW = str(BIN / "mlflow")
 QUIET_ENV = {"HF_HUB_OFFLINE": "1", "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "1",
              "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
@@ -31,28 +33,12 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def overlay(tiny_model, repo_root, **extra) -> dict:
-    cfg = {
-        "iterations": 2,
-        "model": {"path": str(tiny_model), "build_tiny": False},
-        "prompts": {"train": str(repo_root / "resources/prompts/train.txt"),
-                    "eval": str(repo_root / "resources/prompts/eval.txt")},
-        "generate": {"prompts_per_iteration": 6, "images_per_prompt": 3, "steps": 4, "batch_size": 32},
-        "train": {"steps": 4, "batch_size": 4, "checkpointing_steps": 2},
-        "eval": {"seeds": [0], "steps": 4, "rewards": {"jpeg_compressibility": 1.0}},
-    }
-    cfg.update(extra)
-    return cfg
+def overlay(tiny_model, **sections) -> dict:
+    return tiny_overlay(tiny_model, eval={"rewards": {"jpeg_compressibility": 1.0}}, **sections)
 
 
-def snakemake(workdir: Path, repo_root: Path, env: dict, *args: str) -> subprocess.CompletedProcess:
-    cmd = [SNAKEMAKE, "-s", str(repo_root / "Snakefile"), "--directory", str(workdir),
-           "--configfile", str(workdir / "test.yaml"), "--cores", "2", *args]
-    result = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **QUIET_ENV, **env})
-    if result.returncode != 0:
-        logs = "\n".join(f"== {p}\n{p.read_text()[-3000:]}" for p in sorted(workdir.glob("results/logs/**/*.log")))
-        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{result.stderr[-5000:]}\n{logs}")
-    return result
+def snakemake(workdir: Path, env: dict, *args: str):
+    return run_snakemake(workdir, *args, env={**QUIET_ENV, **env})
 
 
 @pytest.fixture(scope="module")
@@ -109,9 +95,8 @@ def server_url(mlflow_server, tiny_model):
 def tracked(tmp_path_factory, tiny_model, repo_root, server_url):
     mlflow_server = server_url
     work = tmp_path_factory.mktemp("tracked")
-    (work / "test.yaml").write_text(yaml.safe_dump(overlay(tiny_model, repo_root,
-                                                           tracking={"run_name": "tracking-test"})))
-    snakemake(work, repo_root, {"MLFLOW_TRACKING_URI": mlflow_server})
+    write_overlay(work, overlay(tiny_model, tracking={"run_name": "tracking-test"}))
+    snakemake(work, {"MLFLOW_TRACKING_URI": mlflow_server})
     from mlflow.tracking import MlflowClient
 
     return work, MlflowClient(tracking_uri=mlflow_server), json.loads((work / "results/tracking/run.json").read_text())
@@ -198,7 +183,7 @@ def test_report_figures_exist(tracked):
 def test_forced_rerun_reuses_the_child_run_and_logs_no_duplicates(tracked, repo_root, server_url):
     work, client, parent = tracked
     before = children(client, parent)
-    result = snakemake(work, repo_root, {"MLFLOW_TRACKING_URI": server_url}, "--forcerun", "track_iteration",
+    result = snakemake(work, {"MLFLOW_TRACKING_URI": server_url}, "--forcerun", "track_iteration",
                        "--until", "track_iteration")
     assert "track_iteration" in result.stderr
     after = children(client, parent)
@@ -240,8 +225,8 @@ def test_unreachable_server_fails_softly(tmp_path, tiny_model, repo_root, monkey
     """The job succeeds, the marker says failed with the reason; nothing else is touched."""
     dead = f"http://127.0.0.1:{free_port()}"
     env = {"MLFLOW_TRACKING_URI": dead, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "3"}
-    (tmp_path / "test.yaml").write_text(yaml.safe_dump(overlay(tiny_model, repo_root)))
-    snakemake(tmp_path, repo_root, env, "results/tracking/run.json")
+    write_overlay(tmp_path, overlay(tiny_model))
+    snakemake(tmp_path, env, "results/tracking/run.json")
     run = json.loads((tmp_path / "results/tracking/run.json").read_text())
     assert run["status"] == "failed" and "127.0.0.1" in run["reason"], run
     assert "tracking FAILED" in (tmp_path / "results/logs/tracking/run.log").read_text()
@@ -267,6 +252,8 @@ CONCURRENT_LOGGER = textwrap.dedent("""
     import json, sys, time
     from mlflow.entities import Metric
     from rewardloop import tracking
+from workflow_helpers import snakemake as run_snakemake
+from workflow_helpers import tiny_overlay, write_overlay
     uri, run_id, worker, batches = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     client = tracking.client(uri)
     started = time.perf_counter()

@@ -14,18 +14,9 @@ import yaml
 
 from rewardloop.artifacts import IMAGE_TYPE, read_provenance
 
+from workflow_helpers import SNAKEMAKE, snakemake, tiny_overlay, write_overlay
+
 pytestmark = pytest.mark.workflow
-SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
-
-
-def snakemake(workdir: Path, repo_root: Path, *args: str) -> subprocess.CompletedProcess:
-    cmd = [SNAKEMAKE, "-s", str(repo_root / "Snakefile"), "--directory", str(workdir),
-           "--configfile", str(workdir / "test.yaml"), "--cores", "2", *args]
-    result = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    if result.returncode != 0:
-        logs = "\n".join(f"== {p}\n{p.read_text()[-3000:]}" for p in sorted(workdir.glob("results/logs/**/*.log")))
-        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{result.stderr[-5000:]}\n{logs}")
-    return result
 
 
 def jobs_run(result: subprocess.CompletedProcess) -> list[str]:
@@ -37,18 +28,8 @@ def jobs_run(result: subprocess.CompletedProcess) -> list[str]:
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory, tiny_model, repo_root):
     work = tmp_path_factory.mktemp("run")
-    overlay = {
-        "iterations": 2,
-        "model": {"path": str(tiny_model), "build_tiny": False},
-        "prompts": {"train": str(repo_root / "resources/prompts/train.txt"),
-                    "eval": str(repo_root / "resources/prompts/eval.txt")},
-        "generate": {"prompts_per_iteration": 6, "images_per_prompt": 3, "steps": 4, "batch_size": 32},
-        "train": {"steps": 4, "batch_size": 4, "checkpointing_steps": 2},
-        "eval": {"seeds": [0], "steps": 4},
-        "tracking": {"enabled": False},  # MLflow is tested in test_tracking.py
-    }
-    (work / "test.yaml").write_text(yaml.safe_dump(overlay))
-    snakemake(work, repo_root)
+    write_overlay(work, tiny_overlay(tiny_model, tracking={"enabled": False}))  # MLflow: test_tracking.py
+    snakemake(work)
     return work
 
 
@@ -93,14 +74,14 @@ def test_exported_lora_loads_into_plain_diffusers(workdir, tiny_model):
 
 
 def test_rerun_does_nothing(workdir, repo_root):
-    result = snakemake(workdir, repo_root)
+    result = snakemake(workdir)
     assert jobs_run(result) == [], result.stderr[-2000:]
 
 
 def test_extend_iterations_runs_only_new_jobs(workdir, repo_root):
     old = workdir / "results/iter_001/checkpoint/pytorch_lora_weights.safetensors"
     mtime = old.stat().st_mtime_ns
-    result = snakemake(workdir, repo_root, "--config", "iterations=3")
+    result = snakemake(workdir, "--config", "iterations=3")
     ran = jobs_run(result)
     assert sorted(set(ran)) == ["all", "eval", "export", "generate", "grids", "pairs", "plot_curves",
                                 "report_config", "score", "train"]
@@ -113,7 +94,7 @@ def test_deleted_train_output_is_redone_and_nothing_else(workdir, repo_root):
     samples = workdir / "results/iter_002/samples.parquet"
     samples_mtime = samples.stat().st_mtime_ns
     lora.unlink()
-    result = snakemake(workdir, repo_root, "--config", "iterations=3")
+    result = snakemake(workdir, "--config", "iterations=3")
     assert sorted(jobs_run(result)) == ["all", "eval", "export", "grids", "plot_curves", "train"]
     assert samples.stat().st_mtime_ns == samples_mtime and lora.is_file()
 
@@ -141,11 +122,7 @@ def test_inspect_summarises_artifacts(workdir):
     ],
 )
 def test_bad_config_stops_before_any_job(tmp_path, tiny_model, repo_root, bad, message):
-    (tmp_path / "test.yaml").write_text(yaml.safe_dump({
-        "model": {"path": str(tiny_model), "build_tiny": False},
-        "prompts": {"train": str(repo_root / "resources/prompts/train.txt"),
-                    "eval": str(repo_root / "resources/prompts/eval.txt")},
-    }))
+    write_overlay(tmp_path, tiny_overlay(tiny_model))
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump(bad))
     cmd = [SNAKEMAKE, "-s", str(repo_root / "Snakefile"), "--directory", str(tmp_path), "--configfile",
            str(tmp_path / "test.yaml"), str(tmp_path / "bad.yaml"), "--cores", "1"]
@@ -161,18 +138,11 @@ def test_kill_9_during_training_then_same_command_resumes(tmp_path, tiny_model, 
     import signal
     import time
 
-    overlay = {
-        "iterations": 1,
-        "model": {"path": str(tiny_model), "build_tiny": False},
-        "prompts": {"train": str(repo_root / "resources/prompts/train.txt"),
-                    "eval": str(repo_root / "resources/prompts/eval.txt")},
-        "generate": {"prompts_per_iteration": 4, "images_per_prompt": 2, "steps": 2},
-        "train": {"steps": 400, "batch_size": 2, "checkpointing_steps": 5},
-        "eval": {"seeds": [0], "steps": 2},
-        "tracking": {"enabled": False},
-        "resources": {"threads": 1},
-    }
-    (tmp_path / "test.yaml").write_text(yaml.safe_dump(overlay))
+    write_overlay(tmp_path, tiny_overlay(
+        tiny_model, iterations=1, generate={"prompts_per_iteration": 4, "images_per_prompt": 2, "steps": 2},
+        train={"steps": 400, "batch_size": 2, "checkpointing_steps": 5}, eval={"steps": 2},
+        tracking={"enabled": False}, resources={"threads": 1},
+    ))
     cmd = [SNAKEMAKE, "-s", str(repo_root / "Snakefile"), "--directory", str(tmp_path), "--configfile",
            str(tmp_path / "test.yaml"), "--cores", "1"]
     state = tmp_path / "results/iter_000/train/state/state.safetensors"
@@ -186,7 +156,7 @@ def test_kill_9_during_training_then_same_command_resumes(tmp_path, tiny_model, 
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     assert not (tmp_path / "results/iter_000/train/pytorch_lora_weights.safetensors").exists()
-    snakemake(tmp_path, repo_root)
+    snakemake(tmp_path)
     import json
 
     metrics = json.loads((tmp_path / "results/iter_000/metrics/train.json").read_text())

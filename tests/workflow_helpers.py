@@ -1,0 +1,47 @@
+"""Running the real workflow from tests: a tiny-model config overlay and a snakemake runner."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from rewardloop.config import deep_merge
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
+
+
+def tiny_overlay(tiny_model, **sections) -> dict:
+    """A small, fast run on ``tiny_model``; ``sections`` override (deep-merged) any key."""
+    base = {
+        "iterations": 2,
+        "model": {"path": str(tiny_model), "build_tiny": False},
+        "prompts": {"train": str(ROOT / "resources/prompts/train.txt"),
+                    "eval": str(ROOT / "resources/prompts/eval.txt")},
+        "generate": {"prompts_per_iteration": 6, "images_per_prompt": 3, "steps": 4, "batch_size": 32},
+        "train": {"steps": 4, "batch_size": 4, "checkpointing_steps": 2},
+        "eval": {"seeds": [0], "steps": 4},
+    }
+    return deep_merge(base, sections)
+
+
+def write_overlay(workdir: Path, overlay: dict) -> Path:
+    path = Path(workdir) / "test.yaml"
+    path.write_text(yaml.safe_dump(overlay))
+    return path
+
+
+def snakemake(workdir: Path, *args: str, env: dict | None = None, cores: int = 2) -> subprocess.CompletedProcess:
+    """Run the workflow in ``workdir`` on its test.yaml; on failure, raise with stderr and job logs."""
+    cmd = [SNAKEMAKE, "-s", str(ROOT / "Snakefile"), "--directory", str(workdir),
+           "--configfile", str(Path(workdir) / "test.yaml"), "--cores", str(cores), *args]
+    result = subprocess.run(cmd, capture_output=True, text=True,
+                            env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})})
+    if result.returncode != 0:
+        logs = "\n".join(f"== {p}\n{p.read_text()[-3000:]}" for p in sorted(Path(workdir).glob("results/logs/**/*.log")))
+        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{result.stderr[-5000:]}\n{logs}")
+    return result
