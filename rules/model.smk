@@ -10,7 +10,7 @@ rule build_tiny_model:
         f"{RESULTS}/logs/build_tiny_model.log",
     benchmark:
         f"{RESULTS}/benchmarks/build_tiny_model.tsv"
-    threads: config["resources"]["threads"]
+    threads: config["tiny"]["threads"]
     resources:
         **job_resources(),
     conda:

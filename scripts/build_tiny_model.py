@@ -4,4 +4,5 @@ from rewardloop.snakemake_job import job
 with job(snakemake):  # noqa: F821
     from rewardloop.tiny_sd15 import build_tiny_sd15
 
-    build_tiny_sd15(snakemake.output.model, **snakemake.params.tiny)
+    tiny = dict(snakemake.params.tiny)
+    build_tiny_sd15(snakemake.output.model, num_threads=tiny.pop("threads"), **tiny)

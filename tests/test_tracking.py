@@ -252,8 +252,6 @@ CONCURRENT_LOGGER = textwrap.dedent("""
     import json, sys, time
     from mlflow.entities import Metric
     from rewardloop import tracking
-from workflow_helpers import snakemake as run_snakemake
-from workflow_helpers import tiny_overlay, write_overlay
     uri, run_id, worker, batches = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     client = tracking.client(uri)
     started = time.perf_counter()

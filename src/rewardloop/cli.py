@@ -9,7 +9,8 @@ import sys
 def _build_tiny(args) -> None:
     from rewardloop.tiny_sd15 import build_tiny_sd15
 
-    build_tiny_sd15(args.out, seed=args.seed, vae_steps=args.vae_steps, unet_steps=args.unet_steps)
+    build_tiny_sd15(args.out, seed=args.seed, vae_steps=args.vae_steps, unet_steps=args.unet_steps,
+                    num_threads=args.threads)
     print(f"tiny model written to {args.out}")
 
 
@@ -29,6 +30,8 @@ def parser() -> argparse.ArgumentParser:
     build.add_argument("--seed", type=int, default=0)
     build.add_argument("--vae-steps", type=int, default=1200)
     build.add_argument("--unet-steps", type=int, default=1200)
+    build.add_argument("--threads", type=int, default=2, help="torch threads (part of the recipe: same seed and "
+                       "threads give a bit-identical model)")
     build.set_defaults(func=_build_tiny)
 
     inspect = commands.add_parser("inspect", help="summarise artifacts (Parquet, safetensors, JSON, folders)")
