@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -43,6 +44,7 @@ def compute_seconds(results: Path) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--model", help="reuse this built tiny model instead of building one")
+    parser.add_argument("--keep", help="copy the run's results/ folder here (for figures)")
     args = parser.parse_args()
     snakemake = str(Path(sys.executable).with_name("snakemake"))
     with tempfile.TemporaryDirectory() as tmp:
@@ -64,6 +66,8 @@ def main() -> None:
         compute = compute_seconds(results)
         evals = [json.loads((results / p / "metrics/eval.json").read_text())["eval/reward/mean"]
                  for p in ["base"] + sorted(d.name for d in results.glob("iter_*"))]
+        if args.keep:
+            shutil.copytree(results, args.keep, dirs_exist_ok=True)
     loop = total - build
     print(f"tiny model build      : {build:7.1f} s (goal <= 300 s)")
     print(f"3 iterations (+ evals): {loop:7.1f} s wall (goal <= 240 s)")

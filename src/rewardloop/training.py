@@ -83,6 +83,8 @@ class PreferenceTrainer:
             gradient_accumulation_steps=train_cfg["gradient_accumulation_steps"],
             cpu=not torch.cuda.is_available(),
         )
+        # peft draws the LoRA init from torch's global generator: seed it, so runs repeat exactly.
+        torch.manual_seed(int(np.random.SeedSequence([seed, iteration + 1]).generate_state(1)[0]))
         self.params = attach_lora(unet, train_cfg["lora"])
         self.optimizer = torch.optim.AdamW(
             self.params, lr=train_cfg["learning_rate"], weight_decay=train_cfg["weight_decay"]
