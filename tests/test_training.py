@@ -143,3 +143,12 @@ def test_export_refuses_non_finite_lora(run_cfg, tmp_path):
     with pytest.raises(export.ExportError, match="non-finite"):
         export.run({"model": run_cfg["model"], "export": {"merged": False}}, 0, tmp_path / "train", tmp_path / "ck")
     assert not (tmp_path / "ck" / models.LORA_WEIGHTS).exists()
+
+
+def test_same_seed_gives_the_same_initial_adapter(run_cfg):
+    first, second = make_trainer(run_cfg), make_trainer(run_cfg)
+    for (name, a), (_, b) in zip(first.named_trainable(), second.named_trainable()):
+        assert torch.equal(a, b), name
+    other = PreferenceTrainer(first.cfg, models.load_pipeline(run_cfg["model"]).unet, None,
+                              first.noise_scheduler, seed=1, iteration=0)
+    assert any(not torch.equal(a, b) for (_, a), (_, b) in zip(first.named_trainable(), other.named_trainable()))
