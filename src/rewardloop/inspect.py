@@ -37,9 +37,8 @@ def _describe_table(path: Path) -> str:
             lines.append(
                 f"{column}: mean {s.mean():.4f}  std {s.std(ddof=0):.4f}  min {s.min():.4f}  max {s.max():.4f}"
             )
-    for key in ("prompt_id",):
-        if key in frame:
-            lines.append(f"distinct {key}: {frame[key].nunique()}")
+    if "prompt_id" in frame:
+        lines.append(f"distinct prompt_id: {frame['prompt_id'].nunique()}")
     lines.append("provenance: " + json.dumps(read_provenance(path), sort_keys=True))
     if len(frame):
         lines.append("first row: " + json.dumps(frame.iloc[0].to_dict(), default=str)[:500])
