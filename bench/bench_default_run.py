@@ -22,15 +22,14 @@ from pathlib import Path
 
 import yaml
 
+from rewardloop.artifacts import benchmark_seconds
+
 ROOT = Path(__file__).resolve().parents[1]
 COMPUTE_KEYS = ("perf/rollout_time", "perf/score_time", "perf/train_time", "perf/eval_time")
 
 
 def job_seconds(results: Path, pattern: str) -> float:
-    total = 0.0
-    for tsv in results.glob(f"benchmarks/{pattern}"):
-        total += float(tsv.read_text().splitlines()[1].split("\t")[0])
-    return total
+    return sum(benchmark_seconds(tsv) or 0.0 for tsv in results.glob(f"benchmarks/{pattern}"))
 
 
 def compute_seconds(results: Path) -> float:

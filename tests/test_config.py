@@ -91,3 +91,9 @@ def test_stage_config_is_a_copy_of_the_sections(base_config):
     sub["train"]["steps"] = -5
     assert cfg["train"]["steps"] != -5 and set(sub) == {"train"}
     assert "iterations" not in cfgmod.stage_config(cfg, "seed", "model")
+
+
+def test_eval_reward_may_not_repeat_a_training_reward(base_config):
+    base_config["eval"] = {"rewards": {"color_match": 1.0}}
+    with pytest.raises(ConfigError, match="eval.rewards: color_match already in rewards"):
+        cfgmod.validate(base_config)

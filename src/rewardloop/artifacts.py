@@ -94,6 +94,16 @@ def read_provenance(path: str | os.PathLike) -> dict:
     return json.loads(raw) if raw else {}
 
 
+def benchmark_seconds(path: str | os.PathLike) -> float | None:
+    """Wall seconds (column ``s``, last row) of a Snakemake benchmark TSV; None when absent or empty."""
+    try:
+        lines = Path(path).read_text().splitlines()
+        header, last = lines[0].split("\t"), lines[-1].split("\t")
+        return float(last[header.index("s")]) if len(lines) > 1 else None
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def write_json(obj, path: str | os.PathLike) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")

@@ -86,6 +86,9 @@ def check_semantics(config: dict) -> None:
             f"generate.resolution: {config['generate']['resolution']} is not divisible by 8"
         )
     models.check_model_reference(config["model"])
+    clash = sorted(set(config["eval"].get("rewards") or {}) & set(config["rewards"]))
+    if clash:
+        raise ConfigError(f"eval.rewards: {', '.join(clash)} already in rewards (names must differ)")
     for key in ("train", "eval"):
         loaded = prompts.load_prompts(config["prompts"][key], key=f"prompts.{key}")
         try:

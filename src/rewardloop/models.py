@@ -38,6 +38,11 @@ def check_model_reference(model_cfg: Mapping) -> None:
         raise ModelError(f"model.init_lora: {init_lora} has no {LORA_WEIGHTS}")
 
 
+def model_reference(model_cfg: Mapping, lora_dir: str | None = None) -> str:
+    """How artifacts and tracking name a model: the base path, plus the LoRA folder applied to it."""
+    return str(model_cfg["path"]) + (f" + {lora_dir}" if lora_dir else "")
+
+
 def pipeline_class(family: str):
     if family == "sd15":
         from diffusers import StableDiffusionPipeline

@@ -13,6 +13,8 @@ import math
 import re
 from pathlib import Path
 
+from rewardloop.artifacts import benchmark_seconds
+
 STAGES = ("generate", "score", "pairs", "train", "export", "eval")
 COLUMNS = ["iteration", "reward_mean", "reward_std", "eval_mean", "pairs", "final_loss", "final_acc",
            *[f"{stage}_s" for stage in STAGES], "total_s"]
@@ -23,15 +25,6 @@ def _json(path: Path) -> dict:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
-
-
-def _bench_seconds(path: Path):
-    try:
-        lines = path.read_text().splitlines()
-        header, last = lines[0].split("\t"), lines[-1].split("\t")
-        return float(last[header.index("s")]) if len(lines) > 1 else None
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def _iterations(results: Path) -> list[int]:
@@ -49,7 +42,7 @@ def rows(results) -> list[dict]:
     if base:
         row = dict.fromkeys(COLUMNS)
         row.update(iteration=-1, eval_mean=base.get("eval/reward/mean"),
-                   eval_s=_bench_seconds(results / "benchmarks/base/eval.tsv") or base.get("perf/eval_time"))
+                   eval_s=benchmark_seconds(results / "benchmarks/base/eval.tsv") or base.get("perf/eval_time"))
         row["total_s"] = row["eval_s"]
         out.append(row)
     for it in _iterations(results):
@@ -69,7 +62,7 @@ def rows(results) -> list[dict]:
         fallback = {"generate": "perf/rollout_time", "score": "perf/score_time", "train": "perf/train_time",
                     "eval": "perf/eval_time"}
         for stage in STAGES:
-            seconds = _bench_seconds(results / "benchmarks" / f"iter_{it:03d}" / f"{stage}.tsv")
+            seconds = benchmark_seconds(results / "benchmarks" / f"iter_{it:03d}" / f"{stage}.tsv")
             if seconds is None and stage in fallback:
                 seconds = metrics[stage].get(fallback[stage])
             row[f"{stage}_s"] = seconds

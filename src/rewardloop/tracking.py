@@ -32,8 +32,8 @@ from typing import Callable, Iterable, Mapping
 
 import pandas as pd
 
-from rewardloop import __version__
-from rewardloop.artifacts import write_json
+from rewardloop import __version__, models
+from rewardloop.artifacts import benchmark_seconds, write_json
 
 DEFAULT_TRACKING_URI = "sqlite:///results/mlflow.db"
 ENV_TRACKING_URI = "MLFLOW_TRACKING_URI"
@@ -182,15 +182,6 @@ def reward_distribution(frame: pd.DataFrame, prefix: str, raw: bool) -> dict[str
     return out
 
 
-def benchmark_seconds(path) -> float | None:
-    """Wall seconds of a Snakemake benchmark TSV (first column ``s``); None when absent."""
-    try:
-        table = pd.read_csv(path, sep="\t")
-        return float(table["s"].iloc[-1])
-    except (OSError, KeyError, IndexError, ValueError, pd.errors.EmptyDataError):
-        return None
-
-
 def train_curve(history: list[Mapping], iteration: int, steps_per_iteration: int, end_ms: int):
     """[(key, value, timestamp_ms, global_step)] of a train.json history.
 
@@ -254,10 +245,8 @@ def git_commit(repo: str | os.PathLike | None) -> str | None:
         return None
 
 
-def model_reference(config: Mapping) -> str:
-    model = config.get("model", {})
-    ref = str(model.get("path"))
-    return ref + (f" + {model['init_lora']}" if model.get("init_lora") else "")
+def _model_tag(model: Mapping) -> str:
+    return models.model_reference({"path": model.get("path")}, model.get("init_lora"))
 
 
 def _failure(marker: dict, exc: BaseException, path) -> dict:
@@ -281,7 +270,7 @@ def start_parent_run(config: Mapping, run_json, repo: str | None = None) -> dict
         tags = {
             TAG_ROLE: "parent",
             "rewardloop.version": __version__,
-            "rewardloop.model": model_reference(config),
+            "rewardloop.model": _model_tag(config.get("model", {})),
             "rewardloop.workdir": str(Path.cwd()),
         }
         commit = git_commit(repo)

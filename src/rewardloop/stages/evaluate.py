@@ -11,7 +11,7 @@ from rewardloop.artifacts import provenance, write_table
 from rewardloop.sampling import sample_seed
 from rewardloop.stages.common import rollout, timed, to_arrow, torch_setup, write_metrics
 from rewardloop.stages.generate import sampler_settings
-from rewardloop.stages.score import reward_stats, score_frame
+from rewardloop.stages.score import decode_samples, reward_stats, score_frame
 
 EVAL_STREAM = -1  # seeds of eval images live apart from every rollout iteration's
 
@@ -27,10 +27,11 @@ def run(cfg, iteration, lora_dir, eval_path, metrics_path, threads=1, progress=T
     with timed(metrics, "perf/eval_time"):
         rows, _, _ = rollout(pipe, table, seeds, settings, cfg["generate"]["batch_size"],
                              id_prefix="eval", progress=progress, desc="eval")
-        scores = score_frame(rows, cfg["rewards"], cfg["score"]["batch_size"], "eval", progress)
-        scores = _add_extra_rewards(scores, rows, cfg)
+        images = decode_samples(rows, "eval")
+        scores = score_frame(rows, cfg["rewards"], cfg["score"]["batch_size"], "eval", progress, images)
+        scores = _add_extra_rewards(scores, rows, images, cfg)
     scored = scores.merge(rows[["sample_id", "image"]], on="sample_id")
-    model_ref = cfg["model"]["path"] + (f" + {lora_dir}" if lora_dir else "")
+    model_ref = models.model_reference(cfg["model"], lora_dir)
     write_table(to_arrow(scored), eval_path, meta=provenance(cfg, iteration, model_ref))
     stats = reward_stats(scores, "eval")
     metrics["eval/reward/mean"] = stats.pop("eval/reward/raw_mean")
@@ -39,14 +40,11 @@ def run(cfg, iteration, lora_dir, eval_path, metrics_path, threads=1, progress=T
     write_metrics(metrics, metrics_path)
 
 
-def _add_extra_rewards(scores, rows, cfg):
+def _add_extra_rewards(scores, rows, images, cfg):
     """``eval.rewards``: extra ``reward_<name>`` columns, scored here only; ``reward`` stays the configured one."""
     extra = cfg["eval"].get("rewards") or {}
     if not extra:
         return scores
-    clash = sorted(set(extra) & set(cfg["rewards"]))
-    if clash:
-        raise ValueError(f"eval.rewards: {', '.join(clash)} already in rewards (names must differ)")
-    extra_scores = score_frame(rows, extra, cfg["score"]["batch_size"], "eval (eval.rewards)", progress=False)
+    extra_scores = score_frame(rows, extra, cfg["score"]["batch_size"], "eval (eval.rewards)", False, images)
     columns = [f"reward_{name}" for name in extra]
     return scores.assign(**{c: extra_scores[c].to_numpy() for c in columns})

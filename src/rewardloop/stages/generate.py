@@ -34,7 +34,7 @@ def run(cfg, iteration: int, lora_dir, samples_path, latents_path, metrics_path,
         rows, latents, embeds = rollout(pipe, table, seeds, sampler_settings(gen), gen["batch_size"],
                                         id_prefix=f"i{iteration:03d}", progress=progress)
     rows.insert(4, "iteration", iteration)
-    meta = provenance(cfg, iteration, _model_ref(cfg, lora_dir))
+    meta = provenance(cfg, iteration, models.model_reference(cfg["model"], lora_dir))
     tensors = {f"latents/{sid}": lat for sid, lat in zip(rows.sample_id, latents)}
     tensors.update({f"prompt_embeds/{pid}": emb for pid, emb in embeds.items()})
     write_tensors(tensors, latents_path, meta=meta)
@@ -42,6 +42,3 @@ def run(cfg, iteration: int, lora_dir, samples_path, latents_path, metrics_path,
     metrics.update({"iteration": iteration, "samples": len(rows), "prompts": len(table)})
     write_metrics(metrics, metrics_path)
 
-
-def _model_ref(cfg, lora_dir) -> str:
-    return cfg["model"]["path"] + (f" + {lora_dir}" if lora_dir else "")

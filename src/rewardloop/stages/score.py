@@ -10,11 +10,19 @@ from rewardloop.stages.common import timed, write_metrics
 SAMPLE_KEYS = ["sample_id", "prompt_id", "prompt", "group", "seed"]
 
 
-def score_frame(samples: pd.DataFrame, rewards_cfg, batch_size: int, where: str, progress=True) -> pd.DataFrame:
-    """The sample keys plus ``reward``, ``reward_<name>`` and ``reward_details`` columns."""
+def decode_samples(samples: pd.DataFrame, where: str) -> list:
+    return [decode_image(cell, f"{where}: sample {sid}") for cell, sid in zip(samples.image, samples.sample_id)]
+
+
+def score_frame(samples: pd.DataFrame, rewards_cfg, batch_size: int, where: str, progress=True,
+                images=None) -> pd.DataFrame:
+    """The sample keys plus ``reward``, ``reward_<name>`` and ``reward_details`` columns.
+
+    ``images``: the samples already decoded (scoring them with several reward sets decodes once).
+    """
     from rewardloop.rewards.combine import RewardSet
 
-    images = [decode_image(cell, f"{where}: sample {sid}") for cell, sid in zip(samples.image, samples.sample_id)]
+    images = decode_samples(samples, where) if images is None else images
     reward_set = RewardSet(rewards_cfg)
     scores = reward_set.score(images, samples.prompt.tolist(), batch_size=batch_size)
     return pd.concat([samples[SAMPLE_KEYS].reset_index(drop=True), scores.reset_index(drop=True)], axis=1)
