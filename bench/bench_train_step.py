@@ -2,7 +2,8 @@
 
 The second variant is how the diffusers DPO example trains: VAE-encode both images and run the text
 encoder on every step. Prints pairs/s of both and the ratio (goal >= 1.5).
-Usage: python bench/bench_train_step.py [--model DIR] [--pairs B] [--steps N]
+Usage: python bench/bench_train_step.py [--model DIR] [--pairs B] [--steps N] [--resolution PX]
+On the real SD1.5 architecture (random weights): see bench/make_sd15_size_model.py.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import argparse
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from rewardloop import models, synthetic
@@ -51,18 +53,16 @@ def main() -> None:
     parser.add_argument("--model", default=str(ROOT / "resources/models/tiny-sd15"))
     parser.add_argument("--pairs", type=int, default=16)
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--resolution", type=int, help="image side in pixels (default: the model's own)")
     args = parser.parse_args()
     pipe = models.load_pipeline({"family": "sd15", "path": args.model})
     trainer = make_trainer(pipe, args.pairs)
-    rng = torch.Generator().manual_seed(0)
-    import numpy as np
-
+    size = args.resolution or pipe.unet.config.sample_size * pipe.vae_scale_factor
     images, prompts = synthetic.make_batch(np.random.default_rng(0), 2 * args.pairs, synthetic.split_prompts(0)[0],
-                                           size=pipe.unet.config.sample_size * pipe.vae_scale_factor)
+                                           size=size)
     pixels = torch.from_numpy(images).permute(0, 3, 1, 2).float() / 127.5 - 1
     latents, embeds = encode(pipe, pixels, prompts[: args.pairs])
     cached = PairData(latents[: args.pairs], latents[args.pairs :], embeds)
-    del rng
 
     def run_cached(step):
         optimizer_step(trainer, cached, step)

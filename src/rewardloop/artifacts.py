@@ -118,8 +118,12 @@ def write_tensors(tensors: Mapping, path: str | os.PathLike, meta: Mapping | Non
         save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp), metadata=metadata)
 
 
-def read_tensors(path: str | os.PathLike) -> dict:
-    from safetensors.torch import load_file
+def read_tensors(path: str | os.PathLike, numpy: bool = False) -> dict:
+    """The file's tensors (torch), or numpy arrays with ``numpy=True`` (no torch import: faster job start)."""
+    if numpy:
+        from safetensors.numpy import load_file
+    else:
+        from safetensors.torch import load_file
 
     path = Path(path)
     if not path.is_file():

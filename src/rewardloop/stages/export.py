@@ -11,7 +11,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import torch
+import numpy as np
 
 from rewardloop import models
 from rewardloop.artifacts import atomic_path, read_tensors, write_json
@@ -24,10 +24,10 @@ class ExportError(RuntimeError):
 def run(cfg, iteration: int, trained_dir, checkpoint_dir, metrics_path=None):
     """cfg: model, export."""
     source = Path(trained_dir) / models.LORA_WEIGHTS
-    tensors = read_tensors(source)
+    tensors = read_tensors(source, numpy=True)
     if not tensors:
         raise ExportError(f"{source}: holds no LoRA tensors")
-    broken = [k for k, v in tensors.items() if not torch.isfinite(v).all()]
+    broken = [k for k, v in tensors.items() if not np.isfinite(v).all()]
     if broken:
         raise ExportError(f"{source}: non-finite values in {broken[:3]}; refusing to export iteration {iteration}")
     checkpoint_dir = Path(checkpoint_dir)
@@ -40,7 +40,7 @@ def run(cfg, iteration: int, trained_dir, checkpoint_dir, metrics_path=None):
         "base_model": cfg["model"]["path"],
         "family": cfg["model"]["family"],
         "tensors": len(tensors),
-        "parameters": int(sum(v.numel() for v in tensors.values())),
+        "parameters": int(sum(v.size for v in tensors.values())),
     }
     write_json(info, checkpoint_dir / "adapter_info.json")
     if metrics_path:
