@@ -73,3 +73,20 @@ def test_build_is_reproducible(built, tmp_path):
     tiny_sd15.build_tiny_sd15(again, seed=0, **FAST)
     for part in ("unet/diffusion_pytorch_model.safetensors", "text_encoder/model.safetensors"):
         assert (again / part).read_bytes() == (out / part).read_bytes()
+
+
+def test_pretraining_prompts_all_or_train_only():
+    from rewardloop import synthetic
+
+    train, held_out = synthetic.split_prompts(0)
+    everything = tiny_sd15.pretraining_prompts("all")
+    assert sorted(everything) == sorted(train + held_out) and len(set(everything)) == 168
+    assert tiny_sd15.pretraining_prompts("train") == train
+    assert not set(tiny_sd15.pretraining_prompts("train")) & set(held_out)
+    with pytest.raises(ValueError, match="tiny.pretrain_on"):
+        tiny_sd15.pretraining_prompts("eval")
+
+
+def test_build_records_what_pretraining_saw(built):
+    _, stats, _ = built
+    assert stats["pretrain_on"] == "all"

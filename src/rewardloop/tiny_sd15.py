@@ -8,8 +8,11 @@
    epsilon-prediction DDPM loss with SD1.5's noise schedule and 10 % caption dropout, so
    classifier-free guidance works.
 
-Only the train prompts of ``synthetic.split_prompts(0)`` are seen; the eval prompts are held-out
-colour combinations. The result is a plain diffusers folder (``StableDiffusionPipeline``, DDIM
+``pretrain_on="all"`` (the default) pretrains on every shape/colour combination, like a real base
+model that has seen its eval prompts' concepts; the workflow still holds the eval prompts out of
+rollouts and DPO. ``pretrain_on="train"`` sees only the train prompts of
+``synthetic.split_prompts(0)``, so the eval prompts are unseen colour combinations (compositional).
+The result is a plain diffusers folder (``StableDiffusionPipeline``, DDIM
 scheduler with SD1.5's settings, safetensors, no safety checker) plus ``build_info.json``,
 written atomically: it is built in a temporary folder beside ``out_dir`` and renamed into place.
 """
@@ -154,6 +157,16 @@ def _summary(losses: list[float]) -> dict:
     return {"first": losses[0] if losses else None, "final_mean_last10pct": float(np.mean(tail)) if losses else None}
 
 
+def pretraining_prompts(pretrain_on: str) -> list[str]:
+    """The captions pretraining draws from: ``all`` combinations or only the ``train`` prompts."""
+    train_prompts, eval_prompts = synthetic.split_prompts(0)
+    if pretrain_on == "all":
+        return train_prompts + eval_prompts
+    if pretrain_on == "train":
+        return train_prompts
+    raise ValueError(f"tiny.pretrain_on: {pretrain_on!r}; expected 'all' or 'train'")
+
+
 def build_tiny_sd15(
     out_dir: str | os.PathLike,
     seed: int = 0,
@@ -167,6 +180,7 @@ def build_tiny_sd15(
     kl_weight: float = 1e-4,
     caption_dropout: float = 0.1,
     num_threads: int | None = None,
+    pretrain_on: str = "all",
 ) -> dict:
     """Build, pretrain and save the tiny model at ``out_dir`` atomically; return build stats."""
     from diffusers import AutoencoderKL, DDIMScheduler, StableDiffusionPipeline, UNet2DConditionModel
@@ -181,7 +195,7 @@ def build_tiny_sd15(
         t0 = time.perf_counter()
         torch.manual_seed(seed)
         rng = np.random.default_rng(seed)
-        prompts = synthetic.split_prompts(0)[0]
+        prompts = pretraining_prompts(pretrain_on)
         tokenizer = tok.build_tokenizer(tmp / "tokenizer")
         vae = AutoencoderKL(**VAE_CONFIG)
         vae_losses = train_vae(vae, prompts, vae_steps, vae_batch_size, rng, kl_weight, vae_lr, progress)
@@ -205,6 +219,7 @@ def build_tiny_sd15(
         pipe.save_pretrained(tmp, safe_serialization=True)
         stats = {
             "seed": seed,
+            "pretrain_on": pretrain_on,
             "image_size": IMAGE_SIZE,
             "vae_steps": vae_steps,
             "unet_steps": unet_steps,
