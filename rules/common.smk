@@ -1,6 +1,7 @@
 # Input functions and helpers shared by the rules. Iteration 0 is the only special case: it
 # samples from and trains on the base model (plus model.init_lora when given).
 
+from rewardloop import resources as job_gpus
 from rewardloop.config import stage_config
 from rewardloop.models import LORA_WEIGHTS
 
@@ -67,10 +68,12 @@ def previous_lora_input(wildcards):
     return [f"{folder}/{LORA_WEIGHTS}"] if folder else []
 
 
-def job_resources(extra_mem_mb=0):
+def job_resources(extra_mem_mb=0, gpu=None):
+    """mem_mb, runtime and gpu of a job; gpu defaults to a model job's (see src/rewardloop/resources.py)."""
     return {
         "mem_mb": config["resources"]["mem_mb"] + extra_mem_mb,
         "runtime": config["resources"]["runtime"],
+        "gpu": job_gpus.model_gpus(config) if gpu is None else gpu,
     }
 
 

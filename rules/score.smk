@@ -15,7 +15,7 @@ rule score:
         f"{RESULTS}/benchmarks/iter_{{it}}/score.tsv"
     threads: config["resources"]["threads"]
     resources:
-        **job_resources(),
+        **job_resources(gpu=job_gpus.score_gpus(config)),
     conda:
         "../envs/rewardloop.yaml"
     script:
