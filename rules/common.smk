@@ -8,6 +8,7 @@ from rewardloop.models import LORA_WEIGHTS
 
 wildcard_constraints:
     it=r"\d{3}",
+    shard=r"\d{2}",
 
 
 RESULTS = "results"
@@ -118,3 +119,16 @@ def all_iterations_metrics(stage):
         return [f"{iter_dir(it)}/metrics/{stage}.json" for it in range(config["iterations"])]
 
     return inputs
+
+
+def shard_outputs(stage, name):
+    """An input function: ``name`` of every shard of ``stage`` (generate.shards / score.shards), in order."""
+
+    def inputs(wildcards):
+        return [f"{iter_dir(wildcards.it)}/shards/{stage}_{k:02d}/{name}" for k in range(config[stage]["shards"])]
+
+    return inputs
+
+
+def shard_index(wildcards):
+    return int(wildcards.shard)
