@@ -1,0 +1,63 @@
+"""Run the train stage in several processes with `accelerate launch` (DDP or FSDP over the job's GPUs).
+
+One process trains inside the calling process, as before. P > 1 processes are started by
+``accelerate launch --num_processes P`` (torchrun underneath) on ``rewardloop.stages.train``, which
+reads its arguments from a JSON file: on GPUs one process per GPU with NCCL; on the CPU the same
+launcher gives gloo (the Accelerator is created with cpu=True there), which is what the tests use.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Mapping
+
+ARGS_FILE = "launch.json"
+
+
+def train_processes(train_cfg: Mapping, job_gpus: int) -> int:
+    """``train.num_processes``, else one per GPU of the job (its ``gpu`` resource), at least one."""
+    return train_cfg["num_processes"] or max(1, int(job_gpus or 0))
+
+
+def free_port() -> int:
+    """A free TCP port for the rendezvous, so concurrent train jobs on one host do not collide."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def launch_flags(processes: int, distributed: str, mixed_precision: str) -> list[str]:
+    flags = ["--num_processes", str(processes), "--num_machines", "1", "--main_process_port", str(free_port()),
+             "--mixed_precision", mixed_precision, "--dynamo_backend", "no"]
+    if distributed == "fsdp":
+        # Parameters sharded over the GPUs; use_orig_params keeps the LoRA parameters addressable.
+        return flags + ["--use_fsdp", "--fsdp_sharding_strategy", "FULL_SHARD", "--fsdp_use_orig_params", "true",
+                        "--fsdp_auto_wrap_policy", "SIZE_BASED_WRAP", "--fsdp_min_num_params", "1000000",
+                        "--fsdp_state_dict_type", "FULL_STATE_DICT"]
+    return flags + ["--multi_gpu"]  # torchrun's DDP launcher; on a host without GPUs the ranks use gloo
+
+
+def run_launched(kwargs: Mapping, processes: int, distributed: str, mixed_precision: str, workdir) -> None:
+    """Run ``rewardloop.stages.train.run(**kwargs)`` in ``processes`` processes; raise if any fails."""
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    args_path = workdir / ARGS_FILE
+    args_path.write_text(json.dumps(dict(kwargs), default=str))
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", *launch_flags(processes, distributed, mixed_precision),
+           "-m", "rewardloop.stages.train", str(args_path)]
+    print("launching:", " ".join(cmd), flush=True)
+    result = subprocess.run(cmd, stdout=_fd(sys.stdout), stderr=_fd(sys.stderr))
+    if result.returncode != 0:
+        raise RuntimeError(f"accelerate launch with {processes} processes failed (exit status {result.returncode})")
+
+
+def _fd(stream):
+    """The stream's file descriptor (the job's log file), or None to inherit ours."""
+    try:
+        return stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return None
