@@ -21,5 +21,4 @@ with job(snakemake):  # noqa: F821
         train.run(**kwargs, threads=snakemake.threads)
     else:
         kwargs.update(threads=max(1, snakemake.threads // processes), progress=False)
-        launch.run_launched(kwargs, processes, cfg["train"]["distributed"], cfg["train"]["mixed_precision"],
-                            snakemake.params.state_dir)
+        launch.run_launched(kwargs, processes, cfg["train"]["mixed_precision"], snakemake.params.state_dir)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -18,6 +19,8 @@ def test_jobs_take_distinct_free_devices(tmp_path):
     assert first == ["0"] and second == ["1", "2"]
     with pytest.raises(gpu_slots.GpuSlotError, match="needs 1 GPU\\(s\\) but only 0 of"):
         gpu_slots.claim(1, DEVICES, tmp_path)
+    with pytest.raises(gpu_slots.GpuSlotError, match="needs 4 GPU\\(s\\) but this machine has 3"):
+        gpu_slots.claim(4, DEVICES, tmp_path, wait_s=60)
     for handle in first_locks:
         handle.close()  # the job ended: its device is free again
     again, _ = gpu_slots.claim(1, DEVICES, tmp_path)
@@ -40,6 +43,21 @@ def test_another_process_holding_a_device_is_respected_until_it_exits(tmp_path):
     finally:
         holder.communicate("")  # the holder exits; the kernel drops its locks
     assert gpu_slots.claim(3, DEVICES, tmp_path)[0] == DEVICES
+
+
+def test_a_job_waits_for_a_device_until_its_holder_exits(tmp_path):
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import time; from rewardloop import gpu_slots; "
+         f"ids, locks = gpu_slots.claim(1, ['0'], {str(tmp_path)!r}); print('held', flush=True); time.sleep(1.5)"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        started = time.monotonic()
+        taken, _ = gpu_slots.claim(1, ["0"], tmp_path, wait_s=30, poll_s=0.1)
+        assert taken == ["0"] and time.monotonic() - started > 0.5  # it waited rather than share
+    finally:
+        holder.wait()
 
 
 def test_assign_sets_cuda_visible_devices_and_skips_slurm(tmp_path, monkeypatch):

@@ -29,7 +29,7 @@ def train_once(run_cfg, pair_files, out, processes, batch_size):  # noqa: F811
     if processes == 1:
         train.run(**kwargs)
     else:
-        launch.run_launched(kwargs, processes, "ddp", "no", out / "state")
+        launch.run_launched(kwargs, processes, "no", out / "state")
     return load_file(out / "train" / LORA_WEIGHTS), json.loads((out / "train.json").read_text())
 
 

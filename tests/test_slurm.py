@@ -2,11 +2,12 @@
 
 Needs the one-node cluster that tests/slurm_ci.sh starts (it sets REWARDLOOP_SLURM=1 and
 SLURM_CONF); skipped otherwise. The run's model jobs must each have been an sbatch job that SLURM
-reports COMPLETED, and the artifacts must be those of a local run.
+reports COMPLETED, the artifacts must be those of a local run, and training runs in 2 processes.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -40,7 +41,7 @@ def test_one_iteration_through_the_slurm_profile(tmp_path, tiny_model):
     write_overlay(tmp_path, tiny_overlay(
         tiny_model, iterations=1, tracking={"enabled": False},
         generate={"prompts_per_iteration": 4, "images_per_prompt": 2, "steps": 2},
-        train={"steps": 2, "batch_size": 2}, eval={"steps": 2},
+        train={"steps": 2, "batch_size": 2, "num_processes": 2}, eval={"steps": 2},
         resources={"threads": 1, "mem_mb": 1500, "runtime": 10},
     ))
     result = snakemake(
@@ -63,3 +64,5 @@ def test_one_iteration_through_the_slurm_profile(tmp_path, tiny_model):
     scores = pq.read_table(results / "iter_000/scores.parquet").to_pandas()
     assert len(samples) == 8 and set(scores.sample_id) == set(samples.sample_id)
     assert (results / "base/eval.parquet").is_file() and (results / "report/curves.png").is_file()
+    # The train job ran `accelerate launch` with 2 processes inside its SLURM allocation.
+    assert json.loads((results / "iter_000/metrics/train.json").read_text())["processes"] == 2

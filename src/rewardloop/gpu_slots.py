@@ -2,10 +2,11 @@
 
 A job that asks for N GPUs takes N free devices by holding an exclusive ``flock`` on one lock file per
 device (in a machine-wide folder, so two workflows on one host do not collide either), and sets
-``CUDA_VISIBLE_DEVICES`` to them before CUDA is initialised. The kernel drops the locks when the job's
-process ends, however it ends. With ``--resources gpu=<number of GPUs>`` (profiles/default) Snakemake
-never starts more GPU jobs than there are devices, so a job always finds its devices free; if it does
-not (another program's jobs), it fails with a message instead of sharing a GPU by accident.
+``CUDA_VISIBLE_DEVICES`` to them before CUDA is initialised. While fewer than N are free it waits
+(holding none, so two multi-GPU jobs cannot deadlock); a job asking for more GPUs than the machine
+has fails at once. The kernel drops the locks when the job's process ends, however it ends. So no two
+jobs ever share a GPU, without a global ``--resources gpu=N`` cap (which the workflow profile would
+also impose on SLURM runs, where Snakemake reads profiles/default too).
 
 Under SLURM the scheduler already sets ``CUDA_VISIBLE_DEVICES`` for the allocation, and nothing is done.
 """
@@ -16,9 +17,11 @@ import fcntl
 import glob
 import os
 import re
+import time
 from pathlib import Path
 
 LOCK_DIR = Path(os.environ.get("REWARDLOOP_GPU_LOCK_DIR", "/tmp/rewardloop-gpu-locks"))
+WAIT_S = 7 * 24 * 3600.0  # a local job waits for its GPUs as long as the run lasts
 
 
 class GpuSlotError(RuntimeError):
@@ -34,10 +37,26 @@ def visible_devices() -> list[str]:
     return [m.group(1) for m in sorted(filter(None, numbers), key=lambda m: int(m.group(1)))]
 
 
-def claim(count: int, devices: list[str] | None = None, lock_dir: Path | None = None) -> tuple[list[str], list]:
-    """Lock ``count`` free devices of ``devices``; return (their ids, the open lock files to keep open)."""
+def claim(count: int, devices: list[str] | None = None, lock_dir: Path | None = None,
+          wait_s: float = 0.0, poll_s: float = 2.0) -> tuple[list[str], list]:
+    """Lock ``count`` free devices of ``devices``, waiting up to ``wait_s`` seconds for them.
+
+    Returns (their ids, the open lock files to keep open for as long as the devices are used).
+    """
     devices = visible_devices() if devices is None else devices
-    lock_dir = Path(lock_dir or LOCK_DIR)
+    if count > len(devices):
+        raise GpuSlotError(f"the job needs {count} GPU(s) but this machine has {len(devices)} ({devices})")
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return _try_claim(count, devices, Path(lock_dir or LOCK_DIR))
+        except GpuSlotError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(poll_s)
+
+
+def _try_claim(count: int, devices: list[str], lock_dir: Path) -> tuple[list[str], list]:
     lock_dir.mkdir(parents=True, exist_ok=True)
     taken, handles = [], []
     for device in devices:
@@ -54,10 +73,8 @@ def claim(count: int, devices: list[str] | None = None, lock_dir: Path | None = 
     if len(taken) < count:
         for handle in handles:
             handle.close()
-        raise GpuSlotError(
-            f"the job needs {count} GPU(s) but only {len(taken)} of {devices} are free (locks in {lock_dir}); "
-            f"run with --resources gpu=<number of GPUs> so Snakemake never starts more GPU jobs than there are GPUs"
-        )
+        raise GpuSlotError(f"the job needs {count} GPU(s) but only {len(taken)} of {devices} are free "
+                           f"(locks in {lock_dir})")
     return taken, handles
 
 
@@ -68,6 +85,6 @@ def assign(count: int) -> list:
     """
     if count <= 0 or "SLURM_JOB_ID" in os.environ:
         return []
-    taken, handles = claim(count)
+    taken, handles = claim(count, wait_s=WAIT_S)
     os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(taken)
     return handles

@@ -1,9 +1,11 @@
-"""Run the train stage in several processes with `accelerate launch` (DDP or FSDP over the job's GPUs).
+"""Run the train stage in several processes with `accelerate launch` (DDP over the job's GPUs).
 
 One process trains inside the calling process, as before. P > 1 processes are started by
 ``accelerate launch --num_processes P`` (torchrun underneath) on ``rewardloop.stages.train``, which
 reads its arguments from a JSON file: on GPUs one process per GPU with NCCL; on the CPU the same
 launcher gives gloo (the Accelerator is created with cpu=True there), which is what the tests use.
+FSDP is not offered: the in-stage checkpoint and the LoRA are written from rank 0's parameters,
+which FSDP would shard (see README, Running on SLURM).
 """
 
 from __future__ import annotations
@@ -30,24 +32,19 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def launch_flags(processes: int, distributed: str, mixed_precision: str) -> list[str]:
-    flags = ["--num_processes", str(processes), "--num_machines", "1", "--main_process_port", str(free_port()),
-             "--mixed_precision", mixed_precision, "--dynamo_backend", "no"]
-    if distributed == "fsdp":
-        # Parameters sharded over the GPUs; use_orig_params keeps the LoRA parameters addressable.
-        return flags + ["--use_fsdp", "--fsdp_sharding_strategy", "FULL_SHARD", "--fsdp_use_orig_params", "true",
-                        "--fsdp_auto_wrap_policy", "SIZE_BASED_WRAP", "--fsdp_min_num_params", "1000000",
-                        "--fsdp_state_dict_type", "FULL_STATE_DICT"]
-    return flags + ["--multi_gpu"]  # torchrun's DDP launcher; on a host without GPUs the ranks use gloo
+def launch_flags(processes: int, mixed_precision: str) -> list[str]:
+    """DDP through torchrun's launcher (`--multi_gpu`); on a host without GPUs the ranks use gloo."""
+    return ["--multi_gpu", "--num_processes", str(processes), "--num_machines", "1",
+            "--main_process_port", str(free_port()), "--mixed_precision", mixed_precision, "--dynamo_backend", "no"]
 
 
-def run_launched(kwargs: Mapping, processes: int, distributed: str, mixed_precision: str, workdir) -> None:
+def run_launched(kwargs: Mapping, processes: int, mixed_precision: str, workdir) -> None:
     """Run ``rewardloop.stages.train.run(**kwargs)`` in ``processes`` processes; raise if any fails."""
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     args_path = workdir / ARGS_FILE
     args_path.write_text(json.dumps(dict(kwargs), default=str))
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", *launch_flags(processes, distributed, mixed_precision),
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", *launch_flags(processes, mixed_precision),
            "-m", "rewardloop.stages.train", str(args_path)]
     print("launching:", " ".join(cmd), flush=True)
     result = subprocess.run(cmd, stdout=_fd(sys.stdout), stderr=_fd(sys.stderr))
