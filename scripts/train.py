@@ -2,7 +2,7 @@
 from rewardloop.snakemake_job import iteration, job
 
 with job(snakemake):  # noqa: F821
-    from rewardloop import launch
+    from rewardloop import launch, resources
     from rewardloop.stages import train
 
     cfg = snakemake.params.cfg
@@ -16,7 +16,7 @@ with job(snakemake):  # noqa: F821
         state_dir=snakemake.params.state_dir,
         metrics_path=snakemake.output.metrics,
     )
-    processes = launch.train_processes(cfg["train"], getattr(snakemake.resources, "gpu", 0))
+    processes = resources.train_processes(cfg["train"], getattr(snakemake.resources, "gpu", 0))
     if processes == 1:
         train.run(**kwargs, threads=snakemake.threads)
     else:

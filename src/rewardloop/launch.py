@@ -20,11 +20,6 @@ from typing import Mapping
 ARGS_FILE = "launch.json"
 
 
-def train_processes(train_cfg: Mapping, job_gpus: int) -> int:
-    """``train.num_processes``, else one per GPU of the job (its ``gpu`` resource), at least one."""
-    return train_cfg["num_processes"] or max(1, int(job_gpus or 0))
-
-
 def free_port() -> int:
     """A free TCP port for the rendezvous, so concurrent train jobs on one host do not collide."""
     with socket.socket() as sock:

@@ -37,12 +37,16 @@ def score_gpus(config: Mapping) -> int:
     return model_gpus(config) if on_cuda else 0
 
 
-def train_processes(config: Mapping) -> int:
-    """Processes of the train job: ``train.num_processes``, else one per GPU of the job (at least one)."""
-    configured = config["train"]["num_processes"]
-    return configured if configured is not None else max(1, model_gpus(config))
+def train_processes(train_cfg: Mapping, job_gpus: int) -> int:
+    """Processes of a train job with ``job_gpus`` GPUs: ``train.num_processes``, else one per GPU, at least one.
+
+    The job script passes its actual ``gpu`` resource (a profile's set-resources may override the config's).
+    """
+    configured = train_cfg["num_processes"]
+    return configured if configured is not None else max(1, int(job_gpus or 0))
 
 
 def train_gpus(config: Mapping) -> int:
     """GPUs of the train job: one per process on CUDA, none on the CPU."""
-    return train_processes(config) if model_gpus(config) > 0 else 0
+    gpus = model_gpus(config)
+    return train_processes(config["train"], gpus) if gpus > 0 else 0
