@@ -2,7 +2,8 @@
 
 Needs the one-node cluster that tests/slurm_ci.sh starts (it sets REWARDLOOP_SLURM=1 and
 SLURM_CONF); skipped otherwise. The run's model jobs must each have been an sbatch job that SLURM
-reports COMPLETED, the artifacts must be those of a local run, and training runs in 2 processes.
+reports COMPLETED (rollout and scoring in 2 shard jobs each), the artifacts must be those of a local
+run, and training runs in 2 processes.
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ pytestmark = [
                        reason="needs the SLURM cluster of tests/slurm_ci.sh"),
 ]
 
-# Rules that become SLURM jobs in a one-iteration run; pairs, export, grids and report are local.
-REMOTE_RULES = {"generate", "score", "train", "eval", "eval_base"}
+# SLURM jobs of a one-iteration run with 2 rollout and 2 scoring shards; the gathers, pairs, export,
+# grids and report run on the submitting host.
+REMOTE_JOBS = ["eval", "eval_base", "generate_shard", "generate_shard", "score_shard", "score_shard", "train"]
 # The test cluster has no GPUs and little memory: replace the profile's per-rule GPU requests.
-TEST_RESOURCES = [f"{rule}:{key}" for rule in sorted(REMOTE_RULES) for key in ("gpu=0", "mem_mb=1500")]
+TEST_RESOURCES = [f"{rule}:{key}" for rule in sorted(set(REMOTE_JOBS)) for key in ("gpu=0", "mem_mb=1500")]
 
 
 def slurm_jobs(stderr: str) -> dict[str, tuple[str, str]]:
@@ -40,7 +42,8 @@ def slurm_jobs(stderr: str) -> dict[str, tuple[str, str]]:
 def test_one_iteration_through_the_slurm_profile(tmp_path, tiny_model):
     write_overlay(tmp_path, tiny_overlay(
         tiny_model, iterations=1, tracking={"enabled": False},
-        generate={"prompts_per_iteration": 4, "images_per_prompt": 2, "steps": 2},
+        generate={"prompts_per_iteration": 4, "images_per_prompt": 2, "steps": 2, "batch_size": 4, "shards": 2},
+        score={"batch_size": 4, "shards": 2},
         train={"steps": 2, "batch_size": 2, "num_processes": 2}, eval={"steps": 2},
         resources={"threads": 1, "mem_mb": 1500, "runtime": 10},
     ))
@@ -53,7 +56,7 @@ def test_one_iteration_through_the_slurm_profile(tmp_path, tiny_model):
     )
     jobs = slurm_jobs(result.stderr)
     rules = sorted(re.match(r"rule_(\w+?)(_wildcards_.*)?$", comment).group(1) for _, comment in jobs.values())
-    assert rules == sorted(REMOTE_RULES), result.stderr[-3000:]
+    assert rules == REMOTE_JOBS, result.stderr[-3000:]
     assert {state for state, _ in jobs.values()} == {"COMPLETED"}, jobs
 
     results = tmp_path / "results"
