@@ -1,12 +1,14 @@
 # Input functions and helpers shared by the rules. Iteration 0 is the only special case: it
 # samples from and trains on the base model (plus model.init_lora when given).
 
+from rewardloop import resources as job_gpus
 from rewardloop.config import stage_config
 from rewardloop.models import LORA_WEIGHTS
 
 
 wildcard_constraints:
     it=r"\d{3}",
+    shard=r"\d{2}",
 
 
 RESULTS = "results"
@@ -67,10 +69,12 @@ def previous_lora_input(wildcards):
     return [f"{folder}/{LORA_WEIGHTS}"] if folder else []
 
 
-def job_resources(extra_mem_mb=0):
+def job_resources(extra_mem_mb=0, gpu=None):
+    """mem_mb, runtime and gpu of a job; gpu defaults to a model job's (see src/rewardloop/resources.py)."""
     return {
         "mem_mb": config["resources"]["mem_mb"] + extra_mem_mb,
         "runtime": config["resources"]["runtime"],
+        "gpu": job_gpus.model_gpus(config) if gpu is None else gpu,
     }
 
 
@@ -115,3 +119,16 @@ def all_iterations_metrics(stage):
         return [f"{iter_dir(it)}/metrics/{stage}.json" for it in range(config["iterations"])]
 
     return inputs
+
+
+def shard_outputs(stage, name):
+    """An input function: ``name`` of every shard of ``stage`` (generate.shards / score.shards), in order."""
+
+    def inputs(wildcards):
+        return [f"{iter_dir(wildcards.it)}/shards/{stage}_{k:02d}/{name}" for k in range(config[stage]["shards"])]
+
+    return inputs
+
+
+def shard_index(wildcards):
+    return int(wildcards.shard)

@@ -21,7 +21,7 @@ rule export:
         f"{RESULTS}/benchmarks/iter_{{it}}/export.tsv"
     threads: 1
     resources:
-        **job_resources(),
+        **job_resources(gpu=0),
     conda:
         "../envs/rewardloop.yaml"
     script:

@@ -12,7 +12,7 @@ rule build_tiny_model:
         f"{RESULTS}/benchmarks/build_tiny_model.tsv"
     threads: config["tiny"]["threads"]
     resources:
-        **job_resources(),
+        **job_resources(gpu=0),
     conda:
         "../envs/rewardloop.yaml"
     script:

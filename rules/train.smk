@@ -22,7 +22,7 @@ rule train:
         f"{RESULTS}/benchmarks/iter_{{it}}/train.tsv"
     threads: config["resources"]["threads"]
     resources:
-        **job_resources(),
+        **job_resources(gpu=job_gpus.train_gpus(config)),
     conda:
         "../envs/rewardloop.yaml"
     script:

@@ -12,4 +12,7 @@ with job(snakemake):  # noqa: F821  (snakemake is injected by the script directi
         snakemake.output.latents,
         snakemake.output.metrics,
         threads=snakemake.threads,
+        # rule generate_shard (generate.shards > 1); rule generate has neither param
+        shard=int(getattr(snakemake.params, "shard", 0)),
+        shards=int(getattr(snakemake.params, "shards", 1)),
     )

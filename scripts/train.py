@@ -1,17 +1,24 @@
-"""Snakemake entry point of rule train."""
+"""Snakemake entry point of rule train: in this process, or `accelerate launch`-ed over several."""
 from rewardloop.snakemake_job import iteration, job
 
 with job(snakemake):  # noqa: F821
+    from rewardloop import launch, resources
     from rewardloop.stages import train
 
-    train.run(
-        snakemake.params.cfg,
-        iteration(snakemake),
-        snakemake.input.pairs,
-        snakemake.input.latents,
-        snakemake.params.lora_dir,
-        snakemake.params.out_dir,
-        snakemake.params.state_dir,
-        snakemake.output.metrics,
-        threads=snakemake.threads,
+    cfg = snakemake.params.cfg
+    kwargs = dict(
+        cfg=cfg,
+        iteration=iteration(snakemake),
+        pairs_path=snakemake.input.pairs,
+        latents_path=snakemake.input.latents,
+        init_lora_dir=snakemake.params.lora_dir,
+        out_dir=snakemake.params.out_dir,
+        state_dir=snakemake.params.state_dir,
+        metrics_path=snakemake.output.metrics,
     )
+    processes = resources.train_processes(cfg["train"], getattr(snakemake.resources, "gpu", 0))
+    if processes == 1:
+        train.run(**kwargs, threads=snakemake.threads)
+    else:
+        kwargs.update(threads=max(1, snakemake.threads // processes), progress=False)
+        launch.run_launched(kwargs, processes, cfg["train"]["mixed_precision"], snakemake.params.state_dir)

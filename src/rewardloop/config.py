@@ -95,6 +95,21 @@ def check_semantics(config: dict) -> None:
             rewards.check_prompts(config["rewards"], loaded.prompt.tolist())
         except ValueError as exc:
             raise ConfigError(f"prompts.{key} ({config['prompts'][key]}): {exc}") from exc
+        if key == "train":
+            check_shards(config, len(prompts.select_prompts(loaded, config["generate"]["prompts_per_iteration"],
+                                                            config["seed"], 0)))
+
+
+def check_shards(config: dict, prompts_per_iteration: int) -> None:
+    """Every shard of generate/score gets at least one whole batch (see sharding.shard_rows)."""
+    from rewardloop.sharding import ShardError, shard_rows
+
+    samples = prompts_per_iteration * config["generate"]["images_per_prompt"]
+    for stage in ("generate", "score"):
+        try:
+            shard_rows(samples, config[stage]["batch_size"], config[stage]["shards"], 0, key=f"{stage}.shards")
+        except ShardError as exc:
+            raise ConfigError(str(exc)) from exc
 
 
 def stage_config(config: Mapping, *sections: str) -> dict[str, Any]:
@@ -102,5 +117,15 @@ def stage_config(config: Mapping, *sections: str) -> dict[str, Any]:
 
     Rules pass only this to their job (as ``params``), so that changing a key a stage does not use
     (``iterations``, say) never makes Snakemake rerun a finished job.
+    Keys that only split the work into jobs (JOB_SPLIT_KEYS) are left out: the artifacts do not depend
+    on them, so changing them reruns nothing and leaves the provenance hash as it was.
     """
-    return {name: copy.deepcopy(config[name]) for name in sections}
+    selected = {name: copy.deepcopy(config[name]) for name in sections}
+    for section, key in JOB_SPLIT_KEYS:
+        if isinstance(selected.get(section), dict):
+            selected[section].pop(key, None)
+    return selected
+
+
+# (section, key) pairs that change how many jobs do a stage's work, never its result.
+JOB_SPLIT_KEYS = (("generate", "shards"), ("score", "shards"))

@@ -4,19 +4,28 @@ honour the job's threads, and report errors as one readable line at the end of t
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import traceback
+
+from rewardloop import gpu_slots
 
 
 @contextlib.contextmanager
 def job(snakemake):
-    """``with job(snakemake): stage.run(...)`` with stdout/stderr in ``log[0]``."""
+    """``with job(snakemake): stage.run(...)`` with stdout/stderr in ``log[0]``.
+
+    A local job that asks for GPUs (resource ``gpu``) sees only GPUs of its own (see gpu_slots).
+    """
     log_path = snakemake.log[0] if snakemake.log else None
     stream = open(log_path, "a", buffering=1) if log_path else None
     saved = sys.stdout, sys.stderr
     if stream:
         sys.stdout = sys.stderr = stream
     try:
+        gpu_locks = gpu_slots.assign(int(getattr(snakemake.resources, "gpu", 0) or 0))
+        if gpu_locks:
+            print(f"CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']}", flush=True)
         yield
     except BaseException as exc:
         traceback.print_exc()

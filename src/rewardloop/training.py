@@ -76,6 +76,7 @@ class PreferenceTrainer:
         self.cfg = train_cfg
         self.seed, self.iteration = seed, iteration
         self.unet = unet
+        self.policy = unet  # what the policy's forward goes through: the DDP wrapper once run() prepared it
         self.reference_unet = reference_unet  # None: the policy with its adapter disabled
         self.noise_scheduler = noise_scheduler
         self.accelerator = Accelerator(
@@ -119,16 +120,23 @@ class PreferenceTrainer:
             self.unet.enable_adapters()
 
     def micro_batch(self, data: PairData, step: int, micro: int, stream: int = TRAIN_STREAM):
-        """Indices, noise and timesteps of one micro-batch; identical noise/t for chosen and rejected."""
+        """Indices, noise and timesteps of this process's part of one micro-batch.
+
+        The global micro-batch (batch_size per process) is drawn whole and each rank takes its slice,
+        so P processes of batch_size b train exactly as one process of batch_size P*b. Noise and
+        timesteps are identical for chosen and rejected.
+        """
         gen = step_generator(self.seed, self.iteration, step, micro, stream)
         size = self.cfg["batch_size"]
-        if len(data) >= size:
-            index = torch.randperm(len(data), generator=gen)[:size]
+        total = size * self.accelerator.num_processes
+        if len(data) >= total:
+            index = torch.randperm(len(data), generator=gen)[:total]
         else:
-            index = torch.randint(len(data), (size,), generator=gen)
-        noise = torch.randn((size, *data.chosen.shape[1:]), generator=gen)
-        timesteps = torch.randint(self.noise_scheduler.config.num_train_timesteps, (size,), generator=gen)
-        return index, noise, timesteps
+            index = torch.randint(len(data), (total,), generator=gen)
+        noise = torch.randn((total, *data.chosen.shape[1:]), generator=gen)
+        timesteps = torch.randint(self.noise_scheduler.config.num_train_timesteps, (total,), generator=gen)
+        mine = slice(self.accelerator.process_index * size, (self.accelerator.process_index + 1) * size)
+        return index[mine], noise[mine], timesteps[mine]
 
     def loss(self, data: PairData, step: int, micro: int, stream: int = TRAIN_STREAM) -> tuple[torch.Tensor, dict]:
         device = self.accelerator.device
@@ -137,7 +145,7 @@ class PreferenceTrainer:
         embeds = data.embeds[index].to(device)
         noise, timesteps = noise.to(device), timesteps.to(device)
         if self.cfg["loss"] == "sft":
-            policy = self._denoising_losses(self.unet, chosen, noise, timesteps, embeds)
+            policy = self._denoising_losses(self.policy, chosen, noise, timesteps, embeds)
             return policy.mean(), {"train/loss": policy.mean().item()}
         inputs = (
             torch.cat([chosen, rejected]),
@@ -145,7 +153,7 @@ class PreferenceTrainer:
             torch.cat([timesteps, timesteps]),
             torch.cat([embeds, embeds]),
         )
-        policy_w, policy_l = self._denoising_losses(self.unet, *inputs).chunk(2)
+        policy_w, policy_l = self._denoising_losses(self.policy, *inputs).chunk(2)
         ref_w, ref_l = self._reference_losses(*inputs).chunk(2)
         loss, acc = losses.dpo_loss(policy_w, policy_l, ref_w, ref_l, self.cfg["beta"])
         return loss, {"train/loss": loss.item(), "train/implicit_acc": acc.item()}
@@ -166,6 +174,7 @@ class PreferenceTrainer:
         Returns (per-step metrics of the whole run, the step it resumed from).
         """
         unet, optimizer, lr_scheduler = self.accelerator.prepare(self.unet, self.optimizer, self.lr_scheduler)
+        self.policy = unet
         start, history = load_state(state_dir, fingerprint, self.named_trainable(), self.optimizer, self.lr_scheduler)
         accumulation = self.cfg["gradient_accumulation_steps"]
         bar = tqdm(range(start, self.cfg["steps"]), desc="train", unit="step", disable=not progress)
@@ -187,18 +196,29 @@ class PreferenceTrainer:
                     optimizer.step()
                     lr_scheduler.step()
                     optimizer.zero_grad()
-                for key, value in micro_logs.items():
+                for key, value in self._mean_over_processes(micro_logs).items():
                     logs[key] = logs.get(key, 0.0) + value / accumulation
             logs.update({"step": step, "lr": lr_scheduler.get_last_lr()[0], "time": time.perf_counter() - started})
             history.append(logs)
             bar.set_postfix(loss=f"{logs['train/loss']:.4f}")
             done = step + 1
             if done % self.cfg["checkpointing_steps"] == 0 and done < self.cfg["steps"]:
-                save_state(
-                    state_dir, done, fingerprint, self.named_trainable(), self.optimizer, self.lr_scheduler, history
-                )
+                if self.accelerator.is_main_process:  # every rank holds the same weights
+                    save_state(
+                        state_dir, done, fingerprint, self.named_trainable(), self.optimizer, self.lr_scheduler,
+                        history,
+                    )
+                self.accelerator.wait_for_everyone()
         unet.eval()
         return history, start
+
+    def _mean_over_processes(self, logs: dict) -> dict:
+        """Per-micro-batch metrics averaged over the ranks' slices (= the global micro-batch's)."""
+        if self.accelerator.num_processes == 1:
+            return logs
+        keys = sorted(logs)
+        values = torch.tensor([logs[k] for k in keys], dtype=torch.float64, device=self.accelerator.device)
+        return dict(zip(keys, self.accelerator.reduce(values, reduction="mean").tolist()))
 
 
 def summarize(history: list[dict], resumed_from: int) -> dict:

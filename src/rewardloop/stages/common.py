@@ -33,11 +33,12 @@ def torch_setup(threads: int, device_name: str):
 
 
 def rollout(pipe, prompts: pd.DataFrame, seeds: list[list[int]], settings, batch_size: int, id_prefix: str,
-            progress: bool = True, desc: str = "generate"):
+            progress: bool = True, desc: str = "generate", rows_slice: slice | None = None):
     """Sample ``seeds[i]`` images for prompt row i.
 
     Returns (rows with sample_id/prompt_id/prompt/group/seed/image + sampler settings,
-    final latents [N, C, h, w], {prompt_id: text embedding}).
+    final latents [N, C, h, w], {prompt_id: text embedding}). ``rows_slice``: only those samples (a
+    shard; every prompt is still encoded together, so embeddings equal the unsharded run's).
     """
     import torch
 
@@ -50,13 +51,16 @@ def rollout(pipe, prompts: pd.DataFrame, seeds: list[list[int]], settings, batch
             rows.append({"sample_id": f"{id_prefix}-{prompt_id}-{group:02d}", "prompt_id": prompt_id,
                          "prompt": prompt, "group": group, "seed": seed})
             row_embeds.append(embeds[i])
+    if rows_slice is not None:
+        rows, row_embeds = rows[rows_slice], row_embeds[rows_slice]
     latents = sample_latents(pipe, torch.stack(row_embeds), [r["seed"] for r in rows], settings, batch_size,
                              progress=progress, desc=desc)
     images = decode_latents(pipe, latents, batch_size)
     for row, image in zip(rows, images):
         row["image"] = encode_png(image, row["sample_id"] + ".png")
         row.update(settings.as_dict())
-    return pd.DataFrame(rows), latents, dict(zip(prompts.prompt_id, embeds))
+    used = {row["prompt_id"] for row in rows}
+    return pd.DataFrame(rows), latents, {p: e for p, e in zip(prompts.prompt_id, embeds) if p in used}
 
 
 def to_arrow(frame: pd.DataFrame) -> pa.Table:

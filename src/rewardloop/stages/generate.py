@@ -5,6 +5,7 @@ from __future__ import annotations
 from rewardloop import models, prompts
 from rewardloop.artifacts import provenance, write_table, write_tensors
 from rewardloop.sampling import SamplerSettings, sample_seed
+from rewardloop.sharding import shard_rows
 from rewardloop.stages.common import rollout, timed, to_arrow, torch_setup, write_metrics
 
 
@@ -17,8 +18,9 @@ def sampler_settings(generate_cfg, steps=None, eta=None) -> SamplerSettings:
     )
 
 
-def run(cfg, iteration: int, lora_dir, samples_path, latents_path, metrics_path, threads=1, progress=True):
-    """cfg: seed, model, prompts, generate, device."""
+def run(cfg, iteration: int, lora_dir, samples_path, latents_path, metrics_path, threads=1, progress=True,
+        shard: int = 0, shards: int = 1):
+    """cfg: seed, model, prompts, generate, device. ``shard`` of ``shards``: only that run of batches."""
     gen = cfg["generate"]
     metrics = {}
     device = torch_setup(threads, cfg["device"])
@@ -30,15 +32,19 @@ def run(cfg, iteration: int, lora_dir, samples_path, latents_path, metrics_path,
     )
     seeds = [[sample_seed(cfg["seed"], iteration, i, k) for k in range(gen["images_per_prompt"])]
              for i in range(len(table))]
+    rows_slice = None
+    if shards > 1:
+        rows_slice = shard_rows(len(table) * gen["images_per_prompt"], gen["batch_size"], shards, shard,
+                                key="generate.shards")
     with timed(metrics, "perf/rollout_time"):
         rows, latents, embeds = rollout(pipe, table, seeds, sampler_settings(gen), gen["batch_size"],
-                                        id_prefix=f"i{iteration:03d}", progress=progress)
+                                        id_prefix=f"i{iteration:03d}", progress=progress, rows_slice=rows_slice)
     rows.insert(4, "iteration", iteration)
     meta = provenance(cfg, iteration, models.model_reference(cfg["model"], lora_dir))
     tensors = {f"latents/{sid}": lat for sid, lat in zip(rows.sample_id, latents)}
     tensors.update({f"prompt_embeds/{pid}": emb for pid, emb in embeds.items()})
     write_tensors(tensors, latents_path, meta=meta)
     write_table(to_arrow(rows), samples_path, meta=meta)
-    metrics.update({"iteration": iteration, "samples": len(rows), "prompts": len(table)})
+    metrics.update({"iteration": iteration, "samples": len(rows), "prompts": len(embeds)})
     write_metrics(metrics, metrics_path)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from rewardloop.artifacts import decode_image, provenance, read_provenance, read_table, write_table
+from rewardloop.sharding import shard_rows
 from rewardloop.stages.common import timed, write_metrics
 
 SAMPLE_KEYS = ["sample_id", "prompt_id", "prompt", "group", "seed"]
@@ -40,10 +41,13 @@ def reward_stats(scores: pd.DataFrame, prefix: str) -> dict:
     return stats
 
 
-def run(cfg, samples_path, scores_path, metrics_path, progress=True):
-    """cfg: rewards, score."""
+def run(cfg, samples_path, scores_path, metrics_path, progress=True, shard: int = 0, shards: int = 1):
+    """cfg: rewards, score. ``shard`` of ``shards``: only that run of batches of the samples."""
     metrics = {}
     samples = read_table(samples_path, required=SAMPLE_KEYS + ["image"]).to_pandas()
+    if shards > 1:
+        samples = samples.iloc[shard_rows(len(samples), cfg["score"]["batch_size"], shards, shard,
+                                          key="score.shards")]
     with timed(metrics, "perf/score_time"):
         scores = score_frame(samples, cfg["rewards"], cfg["score"]["batch_size"], str(samples_path), progress)
     upstream = read_provenance(samples_path)

@@ -39,7 +39,22 @@ def run(cfg, iteration: int, pairs_path, latents_path, init_lora_dir, out_dir, s
     fingerprint = "-".join([config_hash(cfg), str(iteration), _file_digest(pairs_path), _file_digest(lora_weights)])
     with timed(metrics, "perf/train_time"):
         history, resumed_from = trainer.run(data, state_dir, fingerprint, progress=progress)
+    if not trainer.accelerator.is_main_process:
+        return  # every rank holds the same LoRA; rank 0 writes it
     save_lora(trainer.unet, cfg["model"]["family"], train_cfg["lora"], out_dir)
     metrics.update(summarize(history, resumed_from))
-    metrics.update({"pairs": len(data), "history": history})
+    metrics.update({"pairs": len(data), "history": history, "processes": trainer.accelerator.num_processes})
     write_metrics(metrics, metrics_path)
+
+
+if __name__ == "__main__":
+    # One rank of `accelerate launch` (see rewardloop.launch): run's keyword arguments come as JSON.
+    import json
+    import os
+    import sys
+
+    import torch
+
+    if torch.cuda.is_available():  # this rank's GPU, before any model is loaded onto "cuda"
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    run(**json.loads(Path(sys.argv[1]).read_text()))

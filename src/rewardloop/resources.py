@@ -1,0 +1,52 @@
+"""GPUs each job asks for (the generic Snakemake resource ``gpu``), derived from the config.
+
+Snakemake counts ``gpu`` against ``--resources gpu=N`` locally and the SLURM executor turns it into
+``--gpus=N``. A model job wants ``resources.gpu`` GPUs (default: one when ``device`` is CUDA, none on
+the CPU); scoring wants one only when a reward runs on CUDA (OCR and the model-free rewards never
+do); training wants one per process.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from rewardloop.rewards.combine import parse_reward_specs
+
+
+def uses_cuda(device: str) -> bool:
+    """Whether a model stage on ``device`` runs on a GPU (``auto``: when this host has one)."""
+    if device == "auto":
+        import torch
+
+        return torch.cuda.is_available()
+    return str(device).startswith("cuda")
+
+
+def model_gpus(config: Mapping) -> int:
+    """GPUs of a model job (generate, eval, one training process)."""
+    configured = config["resources"]["gpu"]
+    if configured is not None:
+        return configured
+    return 1 if uses_cuda(config["device"]) else 0
+
+
+def score_gpus(config: Mapping) -> int:
+    """GPUs of the score job: the model job's count when any reward runs on CUDA, else none."""
+    on_cuda = any(str(options.get("device", "cpu")).startswith("cuda")
+                  for _, _, options in parse_reward_specs(config["rewards"]))
+    return model_gpus(config) if on_cuda else 0
+
+
+def train_processes(train_cfg: Mapping, job_gpus: int) -> int:
+    """Processes of a train job with ``job_gpus`` GPUs: ``train.num_processes``, else one per GPU, at least one.
+
+    The job script passes its actual ``gpu`` resource (a profile's set-resources may override the config's).
+    """
+    configured = train_cfg["num_processes"]
+    return configured if configured is not None else max(1, int(job_gpus or 0))
+
+
+def train_gpus(config: Mapping) -> int:
+    """GPUs of the train job: one per process on CUDA, none on the CPU."""
+    gpus = model_gpus(config)
+    return train_processes(config["train"], gpus) if gpus > 0 else 0

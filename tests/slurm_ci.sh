@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# A real one-node SLURM cluster on this machine, and the workflow run through `--profile profiles/slurm`.
+#
+# Starts munged, slurmctld and slurmd from a temporary folder (their config, state, spool, logs and
+# sockets all live there; /etc is not touched), waits until the node is idle, runs
+# tests/test_slurm.py against it, and stops every daemon it started by its PID, pass or fail.
+# No accounting database: the executor plugin is told to poll `squeue`, which sees finished jobs
+# for MinJobAge (1 h here). Needs root (Debian 12); installs slurm-wlm and munge when missing.
+# Usage: bash tests/slurm_ci.sh   (VENV=... picks the virtualenv, default .venv; exit status is pytest's)
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${VENV:-$ROOT/.venv}"
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" HF_HUB_OFFLINE=1
+start=$(date +%s)
+
+if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >/dev/null
+fi
+if ! "$VENV/bin/python" -c "import snakemake_executor_plugin_slurm" 2>/dev/null; then
+    "$VENV/bin/python" -m pip install --quiet -c "$ROOT/constraints.txt" -e "$ROOT[slurm]"
+fi
+
+DIR="$(mktemp -d /tmp/rewardloop-slurm.XXXXXX)"
+DEFAULT_CONF=/etc/slurm/slurm.conf
+chmod 755 "$DIR"
+PIDS=()
+stop_cluster() {
+    local status=$?
+    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+    for pid in "${PIDS[@]}"; do
+        for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -9 "$pid" 2>/dev/null || true
+    done
+    if [ "$status" -ne 0 ]; then
+        for log in "$DIR"/*.log "$DIR"/munge-key/*.log; do echo "== $log"; tail -n 30 "$log"; done
+    fi
+    [ "$(readlink "$DEFAULT_CONF" 2>/dev/null)" = "$DIR/slurm.conf" ] && rm -f "$DEFAULT_CONF"
+    rm -rf "$DIR"
+    echo "slurm tier: $(( $(date +%s) - start )) s in all"
+    exit "$status"
+}
+trap stop_cluster EXIT
+
+# munge: its own key, socket and pid file, run as the munge user (it refuses loose permissions).
+# (the key folder is private, the socket folder must be reachable by everyone).
+mkdir -p "$DIR/munge" "$DIR/munge-key"
+dd if=/dev/urandom of="$DIR/munge-key/munge.key" bs=1024 count=1 status=none
+chown -R munge:munge "$DIR/munge" "$DIR/munge-key"
+chmod 755 "$DIR/munge" && chmod 700 "$DIR/munge-key" && chmod 400 "$DIR/munge-key/munge.key"
+runuser -u munge -- munged --socket="$DIR/munge/munge.socket" --key-file="$DIR/munge-key/munge.key" \
+    --pid-file="$DIR/munge-key/munged.pid" --log-file="$DIR/munge-key/munged.log" \
+    --seed-file="$DIR/munge-key/munged.seed"
+PIDS+=("$(cat "$DIR/munge-key/munged.pid")")
+
+HOST="$(hostname -s)"
+NODE="$(slurmd -C | head -n 1)"   # NodeName=<host> CPUs=.. RealMemory=.. as slurmd detects them
+mkdir -p "$DIR/state" "$DIR/spool"
+cat >"$DIR/slurm.conf" <<EOF
+ClusterName=rewardloop-ci
+SlurmctldHost=$HOST(127.0.0.1)
+SlurmctldPort=16817
+SlurmdPort=16818
+SlurmUser=root
+AuthType=auth/munge
+AuthInfo=socket=$DIR/munge/munge.socket
+CredType=cred/munge
+StateSaveLocation=$DIR/state
+SlurmdSpoolDir=$DIR/spool
+SlurmctldPidFile=$DIR/slurmctld.pid
+SlurmdPidFile=$DIR/slurmd.pid
+SlurmctldLogFile=$DIR/slurmctld.log
+SlurmdLogFile=$DIR/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+# squeue keeps finished jobs for an hour: the executor plugin polls it, and the test reads it.
+MinJobAge=3600
+ReturnToService=2
+MpiDefault=none
+SchedulerType=sched/backfill
+$NODE NodeAddr=127.0.0.1 State=UNKNOWN
+PartitionName=ci Nodes=$HOST Default=YES MaxTime=INFINITE State=UP
+EOF
+export SLURM_CONF="$DIR/slurm.conf"
+# The executor's job steps run `srun` with every SLURM_* variable removed (SLURM_CONF included,
+# snakemake-executor-plugin-slurm-jobstep 0.6.1), so srun reads the default path: link it there for
+# the tier's lifetime, unless a real config already lives there.
+if [ -e "$DEFAULT_CONF" ] || [ -L "$DEFAULT_CONF" ]; then
+    echo "$DEFAULT_CONF exists: not starting a test cluster over a configured SLURM"; exit 1
+fi
+mkdir -p /etc/slurm && ln -s "$SLURM_CONF" "$DEFAULT_CONF"
+slurmctld -D -i >"$DIR/slurmctld.out.log" 2>&1 &
+PIDS+=("$!")
+slurmd -D >"$DIR/slurmd.out.log" 2>&1 &
+PIDS+=("$!")
+for _ in $(seq 120); do
+    state="$(sinfo -h -N -o %t 2>/dev/null || true)"
+    [ "$state" = "idle" ] && break
+    sleep 0.5
+done
+[ "$state" = "idle" ] || { echo "slurm node never became idle (sinfo: '$state')"; exit 1; }
+echo "slurm cluster up in $(( $(date +%s) - start )) s: $SLURM_CONF"
+
+cd "$ROOT"
+REWARDLOOP_SLURM=1 PATH="$VENV/bin:$PATH" "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/test_slurm.py
