@@ -1,3 +1,5 @@
+import itertools
+
 import numpy as np
 import pytest
 
@@ -19,12 +21,15 @@ def test_parse_rejects_and_names_prompt(bad):
 
 def test_split_holds_out_combinations():
     train, held = synthetic.split_prompts(0)
-    train_pairs = {synthetic.parse_caption(p)[1:] for p in train}
-    eval_pairs = {synthetic.parse_caption(p)[1:] for p in held}
-    assert eval_pairs and not eval_pairs & train_pairs
-    assert 0.1 < len(eval_pairs) / (len(eval_pairs) + len(train_pairs)) < 0.2
-    # every colour still appears in training as shape and as background colour
-    assert {f for f, _ in train_pairs} == {b for _, b in train_pairs} == set(synthetic.COLORS)
+    train_triples = {synthetic.parse_caption(p) for p in train}
+    eval_triples = {synthetic.parse_caption(p) for p in held}
+    assert len(train_triples) == 112 and len(eval_triples) == 56 and not eval_triples & train_triples
+    # every colour pair is evaluated (once) and trained (with the two other shapes)
+    assert sorted(t[1:] for t in eval_triples) == sorted(itertools.permutations(synthetic.COLORS, 2))
+    for shape, fg, bg in eval_triples:
+        assert {s for s, f, b in train_triples if (f, b) == (fg, bg)} == set(synthetic.SHAPES) - {shape}
+    counts = [sum(t[0] == s for t in eval_triples) for s in synthetic.SHAPES]
+    assert sorted(counts) == [18, 19, 19]
     assert synthetic.split_prompts(0) == (train, held)
     assert synthetic.split_prompts(1) != (train, held)
 

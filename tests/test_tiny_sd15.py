@@ -89,4 +89,4 @@ def test_pretraining_prompts_all_or_train_only():
 
 def test_build_records_what_pretraining_saw(built):
     _, stats, _ = built
-    assert stats["pretrain_on"] == "all"
+    assert stats["pretrain_on"] == "train"

@@ -8,10 +8,10 @@
    epsilon-prediction DDPM loss with SD1.5's noise schedule and 10 % caption dropout, so
    classifier-free guidance works.
 
-``pretrain_on="all"`` (the default) pretrains on every shape/colour combination, like a real base
-model that has seen its eval prompts' concepts; the workflow still holds the eval prompts out of
-rollouts and DPO. ``pretrain_on="train"`` sees only the train prompts of
-``synthetic.split_prompts(0)``, so the eval prompts are unseen colour combinations (compositional).
+``pretrain_on="train"`` (the default) sees only the train prompts of ``synthetic.split_prompts(0)``,
+so the eval prompts are shape/colour combinations the model never saw; ``pretrain_on="all"``
+pretrains on every combination, like a real base model that has seen its eval prompts' concepts
+(the workflow still keeps the eval prompts out of rollouts and DPO).
 The result is a plain diffusers folder (``StableDiffusionPipeline``, DDIM
 scheduler with SD1.5's settings, safetensors, no safety checker) plus ``build_info.json``,
 written atomically: it is built in a temporary folder beside ``out_dir`` and renamed into place.
@@ -180,7 +180,7 @@ def build_tiny_sd15(
     kl_weight: float = 1e-4,
     caption_dropout: float = 0.1,
     num_threads: int | None = None,
-    pretrain_on: str = "all",
+    pretrain_on: str = "train",
 ) -> dict:
     """Build, pretrain and save the tiny model at ``out_dir`` atomically; return build stats."""
     from diffusers import AutoencoderKL, DDIMScheduler, StableDiffusionPipeline, UNet2DConditionModel
