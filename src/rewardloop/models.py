@@ -44,11 +44,12 @@ def model_reference(model_cfg: Mapping, lora_dir: str | None = None) -> str:
 
 
 def pipeline_class(family: str):
-    if family == "sd15":
-        from diffusers import StableDiffusionPipeline
+    from rewardloop.families import FamilyError, get_family
 
-        return StableDiffusionPipeline
-    raise ModelError(f"model.family: unknown family {family!r}")
+    try:
+        return get_family(family).pipeline_class()
+    except FamilyError as exc:
+        raise ModelError(str(exc)) from exc
 
 
 def resolve_device(name: str):
@@ -66,13 +67,12 @@ def load_pipeline(model_cfg: Mapping, lora_dir: str | None = None, device="cpu",
     """
     import torch
 
+    from rewardloop.families import get_family
+
     cls = pipeline_class(model_cfg["family"])
     try:
         pipe = cls.from_pretrained(
-            model_cfg["path"],
-            dtype=dtype or torch.float32,
-            safety_checker=None,
-            requires_safety_checker=False,
+            model_cfg["path"], dtype=dtype or torch.float32, **get_family(model_cfg["family"]).load_kwargs()
         )
     except (OSError, ValueError) as exc:
         raise ModelError(f"model.path: cannot load {model_cfg['path']} as {cls.__name__} ({exc})") from exc
