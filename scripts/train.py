@@ -14,4 +14,6 @@ with job(snakemake):  # noqa: F821
         snakemake.params.state_dir,
         snakemake.output.metrics,
         threads=snakemake.threads,
+        offline_pairs_path=snakemake.params.offline_pairs,
+        offline_latents_path=snakemake.params.offline_latents,
     )

@@ -86,6 +86,9 @@ def check_semantics(config: dict) -> None:
             f"generate.resolution: {config['generate']['resolution']} is not divisible by 8"
         )
     models.check_model_reference(config["model"])
+    offline = config["data"]["offline_pairs"]
+    if offline and not Path(offline).is_file():
+        raise ConfigError(f"data.offline_pairs: {offline} is not a file (expected a Pick-a-Pic layout Parquet)")
     clash = sorted(set(config["eval"].get("rewards") or {}) & set(config["rewards"]))
     if clash:
         raise ConfigError(f"eval.rewards: {', '.join(clash)} already in rewards (names must differ)")
