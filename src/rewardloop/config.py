@@ -48,12 +48,20 @@ def _key_path(error: jsonschema.ValidationError) -> str:
 
 def validate(config: dict) -> dict:
     """Validate ``config`` in place (defaults filled) and return it; raise ConfigError on failure."""
+    _drop_null_rewards(config)
     errors = sorted(_Validator(load_schema()).iter_errors(config), key=lambda e: list(e.path))
     if errors:
         lines = [f"  {_key_path(e)}: {e.message}" for e in errors]
         raise ConfigError("invalid config:\n" + "\n".join(lines))
     check_semantics(config)
     return config
+
+
+def _drop_null_rewards(config: dict) -> None:
+    """A reward set to null is removed: recipes merge over config.yaml and drop its color_match so."""
+    for section in (config, config.get("eval")):
+        if isinstance(section, dict) and isinstance(section.get("rewards"), dict):
+            section["rewards"] = {k: v for k, v in section["rewards"].items() if v is not None}
 
 
 def load(path: str | Path, overrides: Mapping | None = None) -> dict:

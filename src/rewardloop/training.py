@@ -147,8 +147,8 @@ class PreferenceTrainer:
         )
         self.full = train_cfg.get("adapter", "lora") == "none"
         if self.full:
-            if reference_unet is None:
-                reference_unet = copy.deepcopy(unet)
+            if reference_unet is None and train_cfg["loss"] == "dpo":
+                reference_unet = copy.deepcopy(unet)  # SFT needs no reference
             unet.requires_grad_(True)
             self.params = list(unet.parameters())
         else:

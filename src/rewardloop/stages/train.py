@@ -34,16 +34,17 @@ def _init_digest(init_dir) -> str:
 def _load_models(cfg, init_dir, device):
     """(pipeline whose UNet is trained, frozen reference UNet or None)."""
     train_cfg, model_cfg = cfg["train"], cfg["model"]
+    needs_reference = train_cfg["loss"] == "dpo"
     if train_cfg["adapter"] == "none":
         # Policy: model(it-1) itself. Reference: a frozen copy of it (None; previous) or the base.
         pipe = models.load_pipeline(model_cfg, lora_dir=init_dir, device=device)
         reference = None
-        if train_cfg["reference"] == "base" and init_dir:
+        if needs_reference and train_cfg["reference"] == "base" and init_dir:
             reference = models.load_pipeline(model_cfg, device=device).unet
         return pipe, reference
     pipe = models.load_pipeline(model_cfg, device=device)
     reference = None
-    if train_cfg["reference"] == "previous" and init_dir:
+    if needs_reference and train_cfg["reference"] == "previous" and init_dir:
         reference = models.load_pipeline(model_cfg, lora_dir=init_dir, device=device).unet
     return pipe, reference
 
