@@ -21,7 +21,7 @@ def test_sdxl_one_iteration_and_its_lora_loads_in_plain_diffusers(tmp_path, tiny
     write_overlay(tmp_path, overlay)
     snakemake(tmp_path, "results/iter_000/checkpoint/pytorch_lora_weights.safetensors")
     cache = load_file(tmp_path / "results/iter_000/latents.safetensors")
-    assert any(k.startswith("pooled_embeds/") for k in cache) and "pooled_embeds/__empty__" in cache
+    assert any(k.startswith("pooled_embeds/") for k in cache) and "empty_prompt/pooled_embeds" in cache
     pipe = StableDiffusionXLPipeline.from_pretrained(tiny_sdxl_model)
     pipe.set_progress_bar_config(disable=True)
     kwargs = dict(prompt="a red circle on a blue background", num_inference_steps=2, height=32, width=32,

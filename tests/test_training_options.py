@@ -128,3 +128,36 @@ def test_gradient_checkpointing_trains_the_same_step(tiny_model):
         loss.backward()
     for a, b in zip(plain.params, checkpointed.params):
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-6)
+
+
+def test_bf16_mixed_precision_step_on_the_cpu(tiny_model):
+    """accelerate's bf16 autocast (the GPU recipe uses fp16/bf16; the CPU supports bf16 autocast)."""
+    trainer = make_trainer(tiny_model, mixed_precision="bf16", batch_size=2)
+    loss, logs = trainer.loss(synthetic_pairs(), step=0, micro=0)
+    assert torch.isfinite(loss) and loss.dtype == torch.float32  # the loss itself is computed in fp32
+    loss.backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in trainer.params)
+
+
+def test_null_reward_is_removed_so_recipes_can_drop_the_default_one():
+    prompts = {k: str(ROOT / f"resources/prompts/general_{k}.txt") for k in ("train", "eval")}
+    cfg = cfgmod.validate({"prompts": prompts, "rewards": {"color_match": None, "jpeg_compressibility": 1.0}})
+    assert cfg["rewards"] == {"jpeg_compressibility": 1.0}
+
+
+def test_adafactor_state_resumes(tiny_model, tmp_path):
+    """The in-stage state round-trips Adafactor's (non-Adam) optimizer state."""
+    data = synthetic_pairs()
+    options = dict(optimizer="adafactor", steps=3, batch_size=2, checkpointing_steps=2, learning_rate=1e-3)
+    make_trainer(tiny_model, **options).run(data, tmp_path / "state", "fp", progress=False)
+    history, resumed_from = make_trainer(tiny_model, **options).run(data, tmp_path / "state", "fp", progress=False)
+    assert resumed_from == 2 and len(history) == 3
+
+
+@pytest.mark.parametrize("family, size", [("sd15", 512), ("sdxl", 1024)])
+def test_resolution_defaults_to_the_family_size(family, size):
+    prompts = {k: str(ROOT / f"resources/prompts/{k}.txt") for k in ("train", "eval")}
+    cfg = cfgmod.validate({"prompts": prompts, "model": {"family": family}})
+    assert cfg["generate"]["resolution"] == size
+    assert cfgmod.validate({"prompts": prompts, "model": {"family": family},
+                            "generate": {"resolution": 64}})["generate"]["resolution"] == 64

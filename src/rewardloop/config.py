@@ -53,8 +53,17 @@ def validate(config: dict) -> dict:
     if errors:
         lines = [f"  {_key_path(e)}: {e.message}" for e in errors]
         raise ConfigError("invalid config:\n" + "\n".join(lines))
+    _fill_family_defaults(config)
     check_semantics(config)
     return config
+
+
+def _fill_family_defaults(config: dict) -> None:
+    """``generate.resolution: null`` becomes the model family's default size."""
+    from rewardloop.families import get_family
+
+    if config["generate"]["resolution"] is None:
+        config["generate"]["resolution"] = get_family(config["model"]["family"]).default_resolution
 
 
 def _drop_null_rewards(config: dict) -> None:

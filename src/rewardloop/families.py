@@ -9,9 +9,13 @@ A prompt's conditioning is a dict of tensors, cached once per prompt by the gene
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
-import torch
+if TYPE_CHECKING:  # torch is imported where used: the stage modules import this one at start-up
+    import torch
+
+
+EMPTY_PROMPT = "empty_prompt"  # cache keys empty_prompt/<key>: the empty prompt's conditioning (train.proportion_empty_prompts)
 
 
 class FamilyError(ValueError):
@@ -36,9 +40,14 @@ class Family:
             return {"safety_checker": None, "requires_safety_checker": False}
         return {}
 
-    @torch.no_grad()
     def encode(self, pipe, prompts: Sequence[str]) -> dict[str, torch.Tensor]:
         """Conditioning of each prompt: {key: [N, ...]}."""
+        import torch
+
+        with torch.no_grad():
+            return self._encode(pipe, prompts)
+
+    def _encode(self, pipe, prompts: Sequence[str]) -> dict[str, torch.Tensor]:
         if self.name == "sdxl":
             # diffusers' own SDXL encoding: penultimate states of both encoders, concatenated, and
             # the second encoder's projected pooled output.
@@ -70,6 +79,8 @@ def add_time_ids(pixel_size: int, batch: int, crop_top_left: tuple[int, int] = (
 
     Rollout images are generated at the training size, uncropped, so original = target = pixel_size.
     """
+    import torch
+
     row = torch.tensor([pixel_size, pixel_size, *crop_top_left, pixel_size, pixel_size], dtype=torch.float32)
     return row.expand(batch, 6)
 

@@ -82,7 +82,7 @@ def concat_pairs(online: PairData, offline: PairData, offline_fraction: float) -
 
 
 def load_pair_data(pairs_path, latents_path) -> PairData:
-    from rewardloop.stages.common import EMPTY_PROMPT_ID
+    from rewardloop.families import EMPTY_PROMPT
 
     pairs = read_table(pairs_path, required=["prompt_id", "chosen", "rejected"]).to_pandas()
     if pairs.empty:
@@ -95,8 +95,7 @@ def load_pair_data(pairs_path, latents_path) -> PairData:
         return tensors[key]
 
     has_pooled = any(k.startswith("pooled_embeds/") for k in tensors)
-    empty = {k: tensors[f"{k}/{EMPTY_PROMPT_ID}"] for k in ("prompt_embeds", "pooled_embeds")
-             if f"{k}/{EMPTY_PROMPT_ID}" in tensors}
+    empty = {k.split("/", 1)[1]: v for k, v in tensors.items() if k.startswith(f"{EMPTY_PROMPT}/")}
     return PairData(
         chosen=torch.stack([get(f"latents/{s}") for s in pairs.chosen]),
         rejected=torch.stack([get(f"latents/{s}") for s in pairs.rejected]),

@@ -10,8 +10,7 @@ import pandas as pd
 import pyarrow as pa
 
 from rewardloop.artifacts import IMAGE_TYPE, encode_png, write_json
-
-EMPTY_PROMPT_ID = "__empty__"  # key of the empty prompt's cached conditioning
+from rewardloop.families import EMPTY_PROMPT
 
 
 @contextlib.contextmanager
@@ -40,7 +39,7 @@ def rollout(pipe, prompts: pd.DataFrame, seeds: list[list[int]], settings, batch
 
     Returns (rows with sample_id/prompt_id/prompt/group/seed/image + sampler settings,
     final latents [N, C, h, w], {"<key>/<prompt_id>": conditioning tensor} with the family's keys,
-    e.g. prompt_embeds and, for SDXL, pooled_embeds; plus the empty prompt's under EMPTY_PROMPT_ID).
+    e.g. prompt_embeds and, for SDXL, pooled_embeds; plus the empty prompt's as empty_prompt/<key>).
     """
     import torch
 
@@ -63,7 +62,7 @@ def rollout(pipe, prompts: pd.DataFrame, seeds: list[list[int]], settings, batch
     cached = {f"{k}/{pid}": v[i] for k, v in cond.items() for i, pid in enumerate(prompts.prompt_id)}
     # train.proportion_empty_prompts swaps in the empty prompt's conditioning: cache it too.
     empty = encode_conditioning(pipe, [""])
-    cached.update({f"{k}/{EMPTY_PROMPT_ID}": v[0].cpu() for k, v in empty.items()})
+    cached.update({f"{EMPTY_PROMPT}/{k}": v[0].cpu() for k, v in empty.items()})
     return pd.DataFrame(rows), latents, cached
 
 
