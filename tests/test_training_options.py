@@ -130,10 +130,27 @@ def test_gradient_checkpointing_trains_the_same_step(tiny_model):
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-6)
 
 
-def test_bf16_mixed_precision_step_on_the_cpu(tiny_model):
-    """accelerate's bf16 autocast (the GPU recipe uses fp16/bf16; the CPU supports bf16 autocast)."""
+@pytest.fixture
+def fresh_accelerator_state():
+    """accelerate keeps one process-wide state (mixed precision included); a job is one process, a test is not."""
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    yield
+    AcceleratorState._reset_state(reset_partial_state=True)
+
+
+def test_bf16_mixed_precision_step_on_the_cpu(tiny_model, fresh_accelerator_state):
+    """accelerate's bf16 autocast (the GPU recipes use fp16/bf16; the CPU supports bf16 autocast)."""
     trainer = make_trainer(tiny_model, mixed_precision="bf16", batch_size=2)
-    loss, logs = trainer.loss(synthetic_pairs(), step=0, micro=0)
+    assert trainer.accelerator.mixed_precision == "bf16"
+    data = synthetic_pairs()
+    index, noise, timesteps, _, _ = trainer.micro_batch(data, 0, 0)
+    cond = data.conditioning(index)
+    with trainer.accelerator.autocast():
+        prediction = trainer.unet(data.chosen[index], timesteps, encoder_hidden_states=cond["prompt_embeds"]).sample
+    assert prediction.dtype == torch.bfloat16  # the UNet really ran under bf16 autocast
+    loss, logs = trainer.loss(data, step=0, micro=0)
     assert torch.isfinite(loss) and loss.dtype == torch.float32  # the loss itself is computed in fp32
     loss.backward()
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in trainer.params)
