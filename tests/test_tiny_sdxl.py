@@ -31,3 +31,18 @@ def test_sdxl_conditioning_and_seeded_sampling(tiny_sdxl_model):
     alone = sample_latents(pipe, {k: v[1:] for k, v in cond.items()}, [12], settings, batch_size=1, progress=False)
     torch.testing.assert_close(first[1:], alone, rtol=1e-4, atol=1e-5)
     assert add_time_ids(32, 2).tolist() == [[32, 32, 0, 0, 32, 32]] * 2
+
+
+def test_our_sdxl_sampler_matches_the_diffusers_pipeline(tiny_sdxl_model):
+    """Same DDIM + CFG trajectory as StableDiffusionXLPipeline given the same initial noise: our
+    conditioning (both encoders, pooled embeds, time ids, empty-prompt negative) is diffusers'."""
+    from rewardloop.sampling import initial_noise, latent_shape
+
+    pipe = models.load_pipeline({"family": "sdxl", "path": str(tiny_sdxl_model)})
+    prompts = ["a red circle on a blue background", "a green square on a red background"]
+    settings = SamplerSettings(steps=4, guidance_scale=5.0, eta=0.0, resolution=32)
+    ours = sample_latents(pipe, encode_conditioning(pipe, prompts), [3, 4], settings, batch_size=2, progress=False)
+    noise = initial_noise([3, 4], latent_shape(pipe, 32), "cpu", torch.float32) * pipe.scheduler.init_noise_sigma
+    theirs = pipe(prompt=prompts, negative_prompt=["", ""], num_inference_steps=4, guidance_scale=5.0, height=32,
+                  width=32, latents=noise.clone(), output_type="latent").images
+    torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-4)
