@@ -24,12 +24,16 @@ ROOT = Path(__file__).resolve().parents[1]
 def make_trainer(pipe, batch: int) -> PreferenceTrainer:
     from diffusers import DDPMScheduler
 
-    cfg = {
+    from rewardloop.config import validate
+
+    train = {
         "loss": "dpo", "beta": 2000.0, "batch_size": batch, "gradient_accumulation_steps": 1,
         "learning_rate": 1e-4, "weight_decay": 0.0, "lr_scheduler": "constant", "lr_warmup_steps": 0,
         "steps": 1000, "max_grad_norm": 1.0, "mixed_precision": "no",
         "lora": {"rank": 8, "alpha": 8, "targets": ["to_q", "to_k", "to_v", "to_out.0"]},
     }
+    prompts = {k: str(ROOT / f"resources/prompts/{k}.txt") for k in ("train", "eval")}
+    cfg = validate({"train": train, "prompts": prompts})["train"]  # the schema's defaults for the rest
     return PreferenceTrainer(cfg, pipe.unet, None, DDPMScheduler.from_config(pipe.scheduler.config), 0, 0)
 
 

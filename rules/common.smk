@@ -3,7 +3,7 @@
 
 from rewardloop import resources as job_gpus
 from rewardloop.config import stage_config
-from rewardloop.models import LORA_WEIGHTS
+from rewardloop.models import LORA_WEIGHTS, checkpoint_file, trained_file
 
 
 wildcard_constraints:
@@ -12,6 +12,11 @@ wildcard_constraints:
 
 
 RESULTS = "results"
+# What a train job writes and what marks an exported model(it): the LoRA file, or (train.adapter
+# none) the full UNet and a full diffusers folder's model_index.json.
+TRAINED_FILE = trained_file(config["train"]["adapter"])
+CHECKPOINT_FILE = checkpoint_file(config["train"]["adapter"])
+OFFLINE_DIR = f"{RESULTS}/offline"
 
 
 def iter_dir(it):
@@ -26,8 +31,8 @@ ITERATION_ARTIFACTS = (
     "samples.parquet",
     "scores.parquet",
     "pairs.parquet",
-    f"train/{LORA_WEIGHTS}",
-    f"checkpoint/{LORA_WEIGHTS}",
+    f"train/{TRAINED_FILE}",
+    f"checkpoint/{CHECKPOINT_FILE}",
     "eval.parquet",
 )
 
@@ -65,8 +70,32 @@ def previous_lora_dir(wildcards):
 
 
 def previous_lora_input(wildcards):
-    folder = previous_lora_dir(wildcards)
+    """model(it-1)'s marker file: its checkpoint (LoRA or full model), or model.init_lora's LoRA."""
+    it = int(wildcards.it)
+    if it > 0:
+        return [f"{checkpoint_dir(it - 1)}/{CHECKPOINT_FILE}"]
+    folder = config["model"]["init_lora"]
     return [f"{folder}/{LORA_WEIGHTS}"] if folder else []
+
+
+def export_config():
+    """export's config: model, export, and only which adapter was trained."""
+    return {**stage_config(config, "model", "export"), "train": {"adapter": config["train"]["adapter"]}}
+
+
+def offline_pairs_input(wildcards):
+    """The encoded offline pairs (data.offline_pairs), when configured."""
+    if not config["data"]["offline_pairs"]:
+        return []
+    return [f"{OFFLINE_DIR}/pairs.parquet", f"{OFFLINE_DIR}/latents.safetensors"]
+
+
+def offline_pairs_file(wildcards):
+    return f"{OFFLINE_DIR}/pairs.parquet" if config["data"]["offline_pairs"] else None
+
+
+def offline_latents_file(wildcards):
+    return f"{OFFLINE_DIR}/latents.safetensors" if config["data"]["offline_pairs"] else None
 
 
 def job_resources(extra_mem_mb=0, gpu=None):

@@ -32,7 +32,7 @@ rule eval:
     input:
         model=base_model_input,
         prompts=config["prompts"]["eval"],
-        lora=f"{RESULTS}/iter_{{it}}/checkpoint/{LORA_WEIGHTS}",
+        lora=f"{RESULTS}/iter_{{it}}/checkpoint/{CHECKPOINT_FILE}",
     output:
         table=f"{RESULTS}/iter_{{it}}/eval.parquet",
         metrics=f"{RESULTS}/iter_{{it}}/metrics/eval.json",

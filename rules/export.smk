@@ -7,14 +7,16 @@ localrules:
 
 rule export:
     input:
-        lora=f"{RESULTS}/iter_{{it}}/train/{LORA_WEIGHTS}",
+        lora=f"{RESULTS}/iter_{{it}}/train/{TRAINED_FILE}",
+        previous=previous_lora_input,
     output:
-        lora=f"{RESULTS}/iter_{{it}}/checkpoint/{LORA_WEIGHTS}",
+        lora=f"{RESULTS}/iter_{{it}}/checkpoint/{CHECKPOINT_FILE}",
         metrics=f"{RESULTS}/iter_{{it}}/metrics/export.json",
     params:
-        cfg=stage_config(config, "model", "export"),
+        cfg=export_config(),
         trained_dir=train_dir,
         checkpoint_dir=checkpoint_dir_of,
+        previous_dir=previous_lora_dir,
     log:
         f"{RESULTS}/logs/iter_{{it}}/export.log",
     benchmark:

@@ -1,4 +1,4 @@
-# LoRA training on the iteration's pairs, from model(it-1). In-stage state lives in train/state/,
+# Training (LoRA, or the full UNet) on the iteration's pairs, from model(it-1). In-stage state lives in train/state/,
 # which is not an output: Snakemake keeps it when the job dies, and the rerun resumes from it.
 
 
@@ -8,14 +8,17 @@ rule train:
         lora=previous_lora_input,
         pairs=f"{RESULTS}/iter_{{it}}/pairs.parquet",
         latents=f"{RESULTS}/iter_{{it}}/latents.safetensors",
+        offline=offline_pairs_input,
     output:
-        lora=f"{RESULTS}/iter_{{it}}/train/{LORA_WEIGHTS}",
+        lora=f"{RESULTS}/iter_{{it}}/train/{TRAINED_FILE}",
         metrics=f"{RESULTS}/iter_{{it}}/metrics/train.json",
     params:
-        cfg=stage_config(config, "seed", "model", "train", "device"),
+        cfg=stage_config(config, "seed", "model", "train", "data", "device"),
         lora_dir=previous_lora_dir,
         out_dir=train_dir,
         state_dir=train_state_dir,
+        offline_pairs=offline_pairs_file,
+        offline_latents=offline_latents_file,
     log:
         f"{RESULTS}/logs/iter_{{it}}/train.log",
     benchmark:

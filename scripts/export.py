@@ -10,4 +10,5 @@ with job(snakemake):  # noqa: F821
         snakemake.params.trained_dir,
         snakemake.params.checkpoint_dir,
         snakemake.output.metrics,
+        previous_dir=snakemake.params.previous_dir,
     )

@@ -15,6 +15,8 @@ with job(snakemake):  # noqa: F821
         out_dir=snakemake.params.out_dir,
         state_dir=snakemake.params.state_dir,
         metrics_path=snakemake.output.metrics,
+        offline_pairs_path=snakemake.params.offline_pairs,
+        offline_latents_path=snakemake.params.offline_latents,
     )
     processes = resources.train_processes(cfg["train"], getattr(snakemake.resources, "gpu", 0))
     if processes == 1:

@@ -24,3 +24,11 @@ def tiny_model(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("models") / "tiny-sd15"
     build_tiny_sd15(out, seed=0, vae_steps=40, unet_steps=60, progress=False)
     return out
+
+
+@pytest.fixture(scope="session")
+def tiny_sdxl_model(tmp_path_factory) -> Path:
+    """A random-init tiny SDXL-architecture model (two text encoders, pooled embeds, time ids)."""
+    from rewardloop.tiny_sdxl import build_tiny_sdxl
+
+    return build_tiny_sdxl(tmp_path_factory.mktemp("models") / "tiny-sdxl", seed=0)

@@ -48,12 +48,29 @@ def _key_path(error: jsonschema.ValidationError) -> str:
 
 def validate(config: dict) -> dict:
     """Validate ``config`` in place (defaults filled) and return it; raise ConfigError on failure."""
+    _drop_null_rewards(config)
     errors = sorted(_Validator(load_schema()).iter_errors(config), key=lambda e: list(e.path))
     if errors:
         lines = [f"  {_key_path(e)}: {e.message}" for e in errors]
         raise ConfigError("invalid config:\n" + "\n".join(lines))
+    _fill_family_defaults(config)
     check_semantics(config)
     return config
+
+
+def _fill_family_defaults(config: dict) -> None:
+    """``generate.resolution: null`` becomes the model family's default size."""
+    from rewardloop.families import get_family
+
+    if config["generate"]["resolution"] is None:
+        config["generate"]["resolution"] = get_family(config["model"]["family"]).default_resolution
+
+
+def _drop_null_rewards(config: dict) -> None:
+    """A reward set to null is removed: recipes merge over config.yaml and drop its color_match so."""
+    for section in (config, config.get("eval")):
+        if isinstance(section, dict) and isinstance(section.get("rewards"), dict):
+            section["rewards"] = {k: v for k, v in section["rewards"].items() if v is not None}
 
 
 def load(path: str | Path, overrides: Mapping | None = None) -> dict:
@@ -86,6 +103,9 @@ def check_semantics(config: dict) -> None:
             f"generate.resolution: {config['generate']['resolution']} is not divisible by 8"
         )
     models.check_model_reference(config["model"])
+    offline = config["data"]["offline_pairs"]
+    if offline and not Path(offline).is_file():
+        raise ConfigError(f"data.offline_pairs: {offline} is not a file (expected a Pick-a-Pic layout Parquet)")
     clash = sorted(set(config["eval"].get("rewards") or {}) & set(config["rewards"]))
     if clash:
         raise ConfigError(f"eval.rewards: {', '.join(clash)} already in rewards (names must differ)")

@@ -10,6 +10,22 @@ from pathlib import Path
 from typing import Mapping
 
 LORA_WEIGHTS = "pytorch_lora_weights.safetensors"
+FULL_UNET_WEIGHTS = "unet/diffusion_pytorch_model.safetensors"
+MODEL_INDEX = "model_index.json"
+
+
+def trained_file(adapter: str) -> str:
+    """The file a train job writes (relative to its folder): the LoRA, or the full UNet (train.adapter none)."""
+    return LORA_WEIGHTS if adapter == "lora" else FULL_UNET_WEIGHTS
+
+
+def checkpoint_file(adapter: str) -> str:
+    """The file marking an exported model(it): the LoRA, or a full diffusers folder's model_index.json."""
+    return LORA_WEIGHTS if adapter == "lora" else MODEL_INDEX
+
+
+def is_full_model(folder) -> bool:
+    return folder is not None and (Path(folder) / MODEL_INDEX).is_file()
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
@@ -44,11 +60,12 @@ def model_reference(model_cfg: Mapping, lora_dir: str | None = None) -> str:
 
 
 def pipeline_class(family: str):
-    if family == "sd15":
-        from diffusers import StableDiffusionPipeline
+    from rewardloop.families import FamilyError, get_family
 
-        return StableDiffusionPipeline
-    raise ModelError(f"model.family: unknown family {family!r}")
+    try:
+        return get_family(family).pipeline_class()
+    except FamilyError as exc:
+        raise ModelError(str(exc)) from exc
 
 
 def resolve_device(name: str):
@@ -63,19 +80,23 @@ def load_pipeline(model_cfg: Mapping, lora_dir: str | None = None, device="cpu",
     """Load the base pipeline; with ``lora_dir``, load that LoRA and fuse it into the weights.
 
     Fusing makes sampling from a trained iteration exactly as fast as sampling from the base.
+    A ``lora_dir`` holding a full diffusers folder (a fully fine-tuned model(it), train.adapter
+    none) is loaded instead of the base.
     """
     import torch
 
+    from rewardloop.families import get_family
+
+    source = model_cfg["path"]
+    if is_full_model(lora_dir):
+        source, lora_dir = str(lora_dir), None
     cls = pipeline_class(model_cfg["family"])
     try:
         pipe = cls.from_pretrained(
-            model_cfg["path"],
-            dtype=dtype or torch.float32,
-            safety_checker=None,
-            requires_safety_checker=False,
+            source, dtype=dtype or torch.float32, **get_family(model_cfg["family"]).load_kwargs()
         )
     except (OSError, ValueError) as exc:
-        raise ModelError(f"model.path: cannot load {model_cfg['path']} as {cls.__name__} ({exc})") from exc
+        raise ModelError(f"model.path: cannot load {source} as {cls.__name__} ({exc})") from exc
     if lora_dir:
         load_lora_fused(pipe, lora_dir)
     pipe.set_progress_bar_config(disable=True)

@@ -38,16 +38,16 @@ def sample_seed(base_seed: int, iteration: int, prompt_index: int, k: int) -> in
 
 
 @torch.no_grad()
+def encode_conditioning(pipe, prompts: Sequence[str]) -> dict[str, torch.Tensor]:
+    """The family's conditioning of each prompt, {key: [N, ...]} (SDXL: embeds and pooled embeds)."""
+    from rewardloop.families import family_of_pipeline
+
+    return family_of_pipeline(pipe).encode(pipe, prompts)
+
+
 def encode_prompts(pipe, prompts: Sequence[str]) -> torch.Tensor:
     """Text-encoder hidden states for each prompt, [N, L, D]."""
-    tokens = pipe.tokenizer(
-        list(prompts),
-        padding="max_length",
-        max_length=pipe.tokenizer.model_max_length,
-        truncation=True,
-        return_tensors="pt",
-    )
-    return pipe.text_encoder(tokens.input_ids.to(pipe.device))[0]
+    return encode_conditioning(pipe, prompts)["prompt_embeds"]
 
 
 def latent_shape(pipe, resolution: int) -> tuple[int, int, int]:
@@ -72,24 +72,34 @@ def sample_latents(
     progress: bool = True,
     desc: str = "generate",
 ) -> torch.Tensor:
-    """Denoise one image per (embedding row, seed); returns the final latents [N, C, h, w] (fp32, CPU)."""
+    """Denoise one image per (conditioning row, seed); returns the final latents [N, C, h, w] (fp32, CPU).
+
+    ``embeds``: prompt embeddings [N, L, D], or the family's conditioning dict {key: [N, ...]}.
+    """
+    from rewardloop.families import family_of_pipeline
+
+    family = family_of_pipeline(pipe)
     unet, scheduler = pipe.unet, pipe.scheduler
     device, dtype = pipe.device, unet.dtype
-    uncond = encode_prompts(pipe, [""])
+    rows = {"prompt_embeds": embeds} if isinstance(embeds, torch.Tensor) else embeds
+    uncond = family.encode(pipe, [""])
     shape = latent_shape(pipe, settings.resolution)
     use_cfg = settings.guidance_scale > 1.0
     outputs = []
     for start in tqdm(range(0, len(seeds), batch_size), desc=desc, unit="batch", disable=not progress):
         batch_seeds = list(seeds[start : start + batch_size])
-        cond = embeds[start : start + batch_size].to(device=device, dtype=dtype)
+        cond = {k: v[start : start + batch_size].to(device=device, dtype=dtype) for k, v in rows.items()}
+        n = len(batch_seeds)
         latents = initial_noise(batch_seeds, shape, device, dtype) * scheduler.init_noise_sigma
         generators = [torch.Generator().manual_seed(s + 1) for s in batch_seeds]
-        context = torch.cat([uncond.expand(len(cond), -1, -1).to(dtype), cond]) if use_cfg else cond
+        if use_cfg:
+            cond = {k: torch.cat([uncond[k].to(dtype).expand(n, *v.shape[1:]), v]) for k, v in cond.items()}
+        unet_kwargs = family.unet_kwargs(cond, settings.resolution)
         scheduler.set_timesteps(settings.steps, device=device)
         for t in scheduler.timesteps:
             model_in = torch.cat([latents] * 2) if use_cfg else latents
             model_in = scheduler.scale_model_input(model_in, t)
-            eps = unet(model_in, t, encoder_hidden_states=context).sample
+            eps = unet(model_in, t, **unet_kwargs).sample
             if use_cfg:
                 eps_uncond, eps_cond = eps.chunk(2)
                 eps = eps_uncond + settings.guidance_scale * (eps_cond - eps_uncond)

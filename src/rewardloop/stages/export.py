@@ -1,8 +1,9 @@
-"""export: publish the iteration's LoRA as model(it), checked, in the diffusers layout.
+"""export: publish the iteration's trained weights as model(it), checked, in the diffusers layout.
 
-The checkpoint folder holds ``pytorch_lora_weights.safetensors`` (loadable by a plain diffusers
-``pipe.load_lora_weights(dir)``) and ``adapter_info.json``; with ``export.merged`` also a full
-pipeline with the LoRA fused in (``merged/``).
+LoRA (``train.adapter: lora``): the checkpoint folder holds ``pytorch_lora_weights.safetensors``
+(loadable by a plain diffusers ``pipe.load_lora_weights(dir)``) and ``adapter_info.json``; with
+``export.merged`` also a full pipeline with the LoRA fused in (``merged/``). Full fine-tuning
+(``adapter: none``): the checkpoint folder is itself a full diffusers pipeline (safetensors).
 """
 
 from __future__ import annotations
@@ -21,30 +22,46 @@ class ExportError(RuntimeError):
     pass
 
 
-def run(cfg, iteration: int, trained_dir, checkpoint_dir, metrics_path=None):
-    """cfg: model, export."""
-    source = Path(trained_dir) / models.LORA_WEIGHTS
+def _check_finite(source: Path, iteration: int) -> dict:
     tensors = read_tensors(source, numpy=True)
     if not tensors:
-        raise ExportError(f"{source}: holds no LoRA tensors")
+        raise ExportError(f"{source}: holds no tensors")
     broken = [k for k, v in tensors.items() if not np.isfinite(v).all()]
     if broken:
         raise ExportError(f"{source}: non-finite values in {broken[:3]}; refusing to export iteration {iteration}")
+    return tensors
+
+
+def run(cfg, iteration: int, trained_dir, checkpoint_dir, metrics_path=None, previous_dir=None):
+    """cfg: model, export, train (only ``train.adapter`` is read; absent = lora).
+
+    ``previous_dir``: model(it-1)'s folder, whose components a fully fine-tuned UNet joins.
+    """
+    adapter = cfg.get("train", {}).get("adapter", "lora")
     checkpoint_dir = Path(checkpoint_dir)
-    if cfg["export"]["merged"]:
-        _export_merged(cfg["model"], trained_dir, checkpoint_dir / "merged")
-    with atomic_path(checkpoint_dir / models.LORA_WEIGHTS) as tmp:
-        shutil.copyfile(source, tmp)
+    source = Path(trained_dir) / models.trained_file(adapter)
+    tensors = _check_finite(source, iteration)
+    if adapter == "none":
+        from rewardloop.full_model import export_pipeline
+
+        export_pipeline(cfg["model"], previous_dir, trained_dir, checkpoint_dir)
+    else:
+        if cfg["export"]["merged"]:
+            _export_merged(cfg["model"], trained_dir, checkpoint_dir / "merged")
+        with atomic_path(checkpoint_dir / models.LORA_WEIGHTS) as tmp:
+            shutil.copyfile(source, tmp)
     info = {
         "iteration": iteration,
         "base_model": cfg["model"]["path"],
         "family": cfg["model"]["family"],
+        "adapter": adapter,
         "tensors": len(tensors),
         "parameters": int(sum(v.size for v in tensors.values())),
     }
     write_json(info, checkpoint_dir / "adapter_info.json")
     if metrics_path:
-        write_json({"iteration": iteration, "export/lora_parameters": info["parameters"]}, metrics_path)
+        key = "export/lora_parameters" if adapter == "lora" else "export/unet_parameters"
+        write_json({"iteration": iteration, key: info["parameters"]}, metrics_path)
 
 
 def _export_merged(model_cfg, lora_dir, out_dir: Path) -> None:

@@ -42,9 +42,9 @@ def run(cfg, iteration: int, lora_dir, samples_path, latents_path, metrics_path,
     rows.insert(4, "iteration", iteration)
     meta = provenance(cfg, iteration, models.model_reference(cfg["model"], lora_dir))
     tensors = {f"latents/{sid}": lat for sid, lat in zip(rows.sample_id, latents)}
-    tensors.update({f"prompt_embeds/{pid}": emb for pid, emb in embeds.items()})
+    tensors.update(embeds)  # the conditioning of each prompt (and the empty prompt), keyed <key>/<prompt_id>
     write_tensors(tensors, latents_path, meta=meta)
     write_table(to_arrow(rows), samples_path, meta=meta)
-    metrics.update({"iteration": iteration, "samples": len(rows), "prompts": len(embeds)})
+    metrics.update({"iteration": iteration, "samples": len(rows), "prompts": int(rows.prompt_id.nunique())})
     write_metrics(metrics, metrics_path)
 

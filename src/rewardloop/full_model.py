@@ -1,0 +1,51 @@
+"""Full fine-tuning's files (train.adapter none): the trained UNet, and model(it) as a full diffusers folder.
+
+The train job writes ``train/unet/`` (config + safetensors); export writes ``checkpoint/`` as a
+complete pipeline folder (the trained UNet with model(it-1)'s other components) that a plain
+``DiffusionPipeline.from_pretrained(dir)`` loads. Both are written in a temporary folder and
+renamed into place.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Mapping
+
+from rewardloop import models
+
+
+def _replace_dir(tmp: Path, out_dir: Path) -> None:
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    tmp.rename(out_dir)
+
+
+def save_unet(unet, out_dir) -> Path:
+    """Write ``out_dir/unet/`` (safetensors) atomically; return the weights file."""
+    unet_dir = Path(out_dir) / "unet"
+    unet_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".tmp-unet-", dir=unet_dir.parent))
+    try:
+        unet.save_pretrained(tmp, safe_serialization=True)
+        _replace_dir(tmp, unet_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return Path(out_dir) / models.FULL_UNET_WEIGHTS
+
+
+def export_pipeline(model_cfg: Mapping, previous_dir, trained_dir, out_dir) -> None:
+    """Save model(it): model(it-1)'s pipeline (``previous_dir``, or the base) with the trained UNet."""
+    from diffusers import UNet2DConditionModel
+
+    pipe = models.load_pipeline(model_cfg, lora_dir=previous_dir)
+    pipe.unet = UNet2DConditionModel.from_pretrained(Path(trained_dir) / "unet")
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".tmp-model-", dir=out_dir.parent))
+    try:
+        pipe.save_pretrained(tmp, safe_serialization=True)
+        _replace_dir(tmp, out_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

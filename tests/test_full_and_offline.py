@@ -1,0 +1,157 @@
+"""Full fine-tuning (train.adapter none) and offline Pick-a-Pic pairs, on the tiny model."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from rewardloop import config as cfgmod
+from rewardloop import models, offline_pairs, synthetic
+from rewardloop.training import PairData, PreferenceTrainer, concat_pairs, load_pair_data
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def validated(**sections) -> dict:
+    prompts = {k: str(ROOT / f"resources/prompts/{k}.txt") for k in ("train", "eval")}
+    return cfgmod.validate({"prompts": prompts, **sections})
+
+
+def png(array: np.ndarray) -> bytes:
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.fromarray(array).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def write_pickapic(path: Path, n: int = 6, size: int = 48) -> pd.DataFrame:
+    """Rendered synthetic images in the Pick-a-Pic layout; labels 1, 0 and one tie."""
+    rng = np.random.default_rng(0)
+    prompts = synthetic.split_prompts(0)[0]
+    first, captions = synthetic.make_batch(rng, n, prompts, size)
+    second, _ = synthetic.make_batch(rng, n, prompts, size)
+    labels = [1.0, 0.0, 0.5, 1.0, 0.0, 1.0][:n]
+    frame = pd.DataFrame({"caption": captions, "jpg_0": [png(a) for a in first], "jpg_1": [png(a) for a in second],
+                          "label_0": labels, "label_1": [1 - x for x in labels]})
+    frame.to_parquet(path)
+    return frame
+
+
+def probe(unet, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(2, unet.config.in_channels, 8, 8, generator=gen)
+    context = torch.randn(2, 8, unet.config.cross_attention_dim, generator=gen)
+    with torch.no_grad():
+        return unet(x, torch.tensor([500, 100]), encoder_hidden_states=context).sample
+
+
+def synthetic_pairs(n=6, seed=0) -> PairData:
+    gen = torch.Generator().manual_seed(seed)
+    return PairData(torch.randn(n, 4, 8, 8, generator=gen), torch.randn(n, 4, 8, 8, generator=gen),
+                    torch.randn(n, 16, 64, generator=gen))
+
+
+def test_full_finetune_trains_every_weight_and_keeps_the_reference_frozen(tiny_model, tmp_path):
+    from diffusers import DDPMScheduler, UNet2DConditionModel
+
+    from rewardloop.full_model import save_unet
+
+    cfg = validated(train={"adapter": "none", "reference_offload": True, "steps": 3, "batch_size": 2,
+                           "learning_rate": 1e-3, "beta": 2000, "checkpointing_steps": 100})
+    pipe = models.load_pipeline({"family": "sd15", "path": str(tiny_model)})
+    start = probe(pipe.unet)
+    trainer = PreferenceTrainer(cfg["train"], pipe.unet, None, DDPMScheduler.from_config(pipe.scheduler.config), 0, 0)
+    assert len(trainer.params) == len(list(pipe.unet.parameters()))  # no adapter: every weight
+    assert all(not p.requires_grad for p in trainer.reference_unet.parameters())
+    trainer.run(synthetic_pairs(), tmp_path / "state", "fp", progress=False)
+    assert torch.equal(probe(trainer.reference_unet), start)  # the reference is the starting UNet
+    assert next(trainer.reference_unet.parameters()).device.type == "cpu"  # offloaded between forwards
+    assert (probe(trainer.unet) - start).abs().max() > 1e-5
+    weights = save_unet(trainer.unet, tmp_path / "train")
+    assert weights.is_file() and weights.name.endswith(".safetensors")
+    torch.testing.assert_close(probe(UNet2DConditionModel.from_pretrained(tmp_path / "train" / "unet")),
+                               probe(trainer.unet))
+
+
+def test_full_export_is_a_plain_diffusers_folder(tiny_model, tmp_path):
+    from diffusers import DiffusionPipeline, UNet2DConditionModel
+
+    from rewardloop.full_model import save_unet
+    from rewardloop.stages import export
+
+    unet = UNet2DConditionModel.from_pretrained(tiny_model / "unet")
+    with torch.no_grad():
+        unet.conv_out.bias.add_(0.5)
+    save_unet(unet, tmp_path / "train")
+    cfg = {"model": {"family": "sd15", "path": str(tiny_model)}, "export": {"merged": False},
+           "train": {"adapter": "none"}}
+    export.run(cfg, 0, tmp_path / "train", tmp_path / "checkpoint", tmp_path / "export.json")
+    loaded = DiffusionPipeline.from_pretrained(tmp_path / "checkpoint")
+    assert type(loaded).__name__ == "StableDiffusionPipeline"
+    torch.testing.assert_close(probe(loaded.unet), probe(unet))
+    assert not list((tmp_path / "checkpoint").rglob("*.bin"))  # safetensors only
+    # The workflow loads model(it) from it as it would load a LoRA folder.
+    again = models.load_pipeline(cfg["model"], lora_dir=str(tmp_path / "checkpoint"))
+    torch.testing.assert_close(probe(again.unet), probe(unet))
+
+
+def test_read_offline_pairs_orients_labels_and_drops_ties(tmp_path):
+    frame = write_pickapic(tmp_path / "pap.parquet")
+    pairs = offline_pairs.read_offline_pairs(tmp_path / "pap.parquet", None, seed=0)
+    assert len(pairs) == 5  # the tie is gone
+    kept = frame[frame.label_0 != 0.5].reset_index(drop=True)
+    for (_, row), (_, src) in zip(pairs.iterrows(), kept.iterrows()):
+        assert row.chosen == (src.jpg_0 if src.label_0 == 1 else src.jpg_1)
+        assert row.rejected == (src.jpg_1 if src.label_0 == 1 else src.jpg_0)
+    subset = offline_pairs.read_offline_pairs(tmp_path / "pap.parquet", 3, seed=0)
+    assert len(subset) == 3 and subset.equals(offline_pairs.read_offline_pairs(tmp_path / "pap.parquet", 3, seed=0))
+
+
+def test_offline_pairs_bad_input_names_the_key(tmp_path):
+    pd.DataFrame({"caption": ["x"], "jpg_0": [b"a"], "jpg_1": [b"b"], "label_0": [0.3]}).to_parquet(tmp_path / "b.parquet")
+    with pytest.raises(offline_pairs.OfflinePairsError, match="data.offline_pairs .*label_0"):
+        offline_pairs.read_offline_pairs(tmp_path / "b.parquet", None, 0)
+    with pytest.raises(cfgmod.ConfigError, match="data.offline_pairs: .* is not a file"):
+        validated(data={"offline_pairs": str(tmp_path / "missing.parquet")})
+
+
+def test_crop_centre_or_seeded_random_same_for_both_images():
+    image = np.zeros((40, 80, 3), dtype=np.uint8)
+    image[:, :, 0] = np.arange(80)[None, :]  # red = column index
+    data = png(image)
+    centre = offline_pairs.prepare_image(data, 20, offline_pairs.crop_position(0, 3, False))
+    assert centre.shape == (3, 20, 20)
+    # resized by 0.5 to 40x20: the centre crop starts at column 10 (source column ~20)
+    assert (centre[0, 0, 0] + 1) * 127.5 == pytest.approx(20, abs=2)
+    positions = {offline_pairs.crop_position(0, i, True) for i in range(5)}
+    assert len(positions) == 5 and offline_pairs.crop_position(0, 2, True) == offline_pairs.crop_position(0, 2, True)
+
+
+def test_offline_pairs_encode_once_and_mix_into_batches(tiny_model, tmp_path):
+    write_pickapic(tmp_path / "pap.parquet")
+    cfg = validated(model={"path": str(tiny_model), "build_tiny": False},
+                    data={"offline_pairs": str(tmp_path / "pap.parquet")}, train={"batch_size": 8})
+    count = offline_pairs.encode(cfgmod.stage_config(cfg, "seed", "model", "data", "device"), 32, True, 0,
+                                 tmp_path / "off.parquet", tmp_path / "off.safetensors")
+    assert count == 5
+    offline = load_pair_data(tmp_path / "off.parquet", tmp_path / "off.safetensors")
+    assert offline.chosen.shape == (5, 4, 8, 8) and offline.embeds.shape[0] == 5
+    online = synthetic_pairs(n=6)
+    mixed = concat_pairs(online, offline, offline_fraction=0.25)
+    assert len(mixed) == 11 and mixed.offline == 5
+    from diffusers import DDPMScheduler
+
+    pipe = models.load_pipeline(cfg["model"])
+    trainer = PreferenceTrainer(cfg["train"], pipe.unet, None, DDPMScheduler.from_config(pipe.scheduler.config), 0, 0)
+    index = trainer.micro_batch(mixed, 0, 0)[0]
+    assert len(index) == 8 and (index >= 6).sum() == 2  # 25 % of 8 from the offline pairs
+    loss, _ = trainer.loss(mixed, 0, 0)
+    assert torch.isfinite(loss)
+    with pytest.raises(Exception, match="data.offline_pairs: latents"):
+        concat_pairs(online, PairData(torch.zeros(1, 4, 4, 4), torch.zeros(1, 4, 4, 4), torch.zeros(1, 16, 64)), 0.5)
