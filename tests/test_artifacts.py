@@ -56,3 +56,37 @@ def test_tensors_roundtrip(tmp_path):
     assert torch.equal(read_tensors(path)["latents/a"], torch.ones(2, 2))
     with pytest.raises(ArtifactError, match="file not found"):
         read_tensors(tmp_path / "missing.safetensors")
+
+
+def test_artifacts_get_the_umask_permissions_not_owner_only(tmp_path):
+    import os
+    import stat
+
+    from rewardloop.artifacts import atomic_dir, write_table
+
+    old = os.umask(0o022)
+    try:
+        write_table(pd.DataFrame({"x": [1]}), tmp_path / "t.parquet")
+        with atomic_dir(tmp_path / "folder") as tmp:
+            (tmp / "inside.txt").write_text("x")
+        with atomic_dir(tmp_path / "folder") as tmp:  # replaces the finished folder as a whole
+            (tmp / "again.txt").write_text("y")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "t.parquet").stat().st_mode) == 0o644
+    assert stat.S_IMODE((tmp_path / "folder").stat().st_mode) == 0o755
+    assert sorted(p.name for p in (tmp_path / "folder").iterdir()) == ["again.txt"]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_atomic_dir_keeps_the_finished_folder_when_the_block_fails(tmp_path):
+    from rewardloop.artifacts import atomic_dir
+
+    with atomic_dir(tmp_path / "folder") as tmp:
+        (tmp / "good.txt").write_text("x")
+    with pytest.raises(RuntimeError):
+        with atomic_dir(tmp_path / "folder") as tmp:
+            (tmp / "half.txt").write_text("y")
+            raise RuntimeError("killed mid-write")
+    assert [p.name for p in (tmp_path / "folder").iterdir()] == ["good.txt"]
+    assert len(list(tmp_path.iterdir())) == 1

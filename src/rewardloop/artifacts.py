@@ -11,6 +11,7 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Iterable, Iterator, Mapping
@@ -43,6 +44,13 @@ def provenance(stage_config: Mapping, iteration: int | None, model_ref: str | No
     }
 
 
+def default_mode(directory: bool = False) -> int:
+    """The permissions a plain ``open()`` (or ``mkdir``) would give under the current umask."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return (0o777 if directory else 0o666) & ~umask
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; rename it onto ``path`` only if the block succeeds."""
@@ -55,9 +63,26 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         yield tmp
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
+        os.chmod(tmp, default_mode())  # mkstemp makes it owner-only; artifacts are for the whole group
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary folder beside ``path``; it replaces ``path`` only if the block succeeds."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX + path.name + ".", dir=path.parent))
+    try:
+        yield tmp
+        os.chmod(tmp, default_mode(directory=True))  # mkdtemp makes it owner-only
+        if path.exists():
+            shutil.rmtree(path)
+        os.replace(tmp, path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def write_table(table: pa.Table, path: str | os.PathLike, meta: Mapping | None = None) -> None:

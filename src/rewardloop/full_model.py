@@ -8,30 +8,17 @@ renamed into place.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Mapping
 
 from rewardloop import models
-
-
-def _replace_dir(tmp: Path, out_dir: Path) -> None:
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    tmp.rename(out_dir)
+from rewardloop.artifacts import atomic_dir
 
 
 def save_unet(unet, out_dir) -> Path:
     """Write ``out_dir/unet/`` (safetensors) atomically; return the weights file."""
-    unet_dir = Path(out_dir) / "unet"
-    unet_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".tmp-unet-", dir=unet_dir.parent))
-    try:
+    with atomic_dir(Path(out_dir) / "unet") as tmp:
         unet.save_pretrained(tmp, safe_serialization=True)
-        _replace_dir(tmp, unet_dir)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return Path(out_dir) / models.FULL_UNET_WEIGHTS
 
 
@@ -41,11 +28,5 @@ def export_pipeline(model_cfg: Mapping, previous_dir, trained_dir, out_dir) -> N
 
     pipe = models.load_pipeline(model_cfg, lora_dir=previous_dir)
     pipe.unet = UNet2DConditionModel.from_pretrained(Path(trained_dir) / "unet")
-    out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".tmp-model-", dir=out_dir.parent))
-    try:
+    with atomic_dir(out_dir) as tmp:
         pipe.save_pretrained(tmp, safe_serialization=True)
-        _replace_dir(tmp, out_dir)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)

@@ -9,13 +9,12 @@ LoRA (``train.adapter: lora``): the checkpoint folder holds ``pytorch_lora_weigh
 from __future__ import annotations
 
 import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from rewardloop import models
-from rewardloop.artifacts import atomic_path, read_tensors, write_json
+from rewardloop.artifacts import atomic_dir, atomic_path, read_tensors, write_json
 
 
 class ExportError(RuntimeError):
@@ -66,12 +65,5 @@ def run(cfg, iteration: int, trained_dir, checkpoint_dir, metrics_path=None, pre
 
 def _export_merged(model_cfg, lora_dir, out_dir: Path) -> None:
     pipe = models.load_pipeline(model_cfg, lora_dir=str(lora_dir))
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".tmp-merged-", dir=out_dir.parent))
-    try:
+    with atomic_dir(out_dir) as tmp:
         pipe.save_pretrained(tmp, safe_serialization=True)
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        tmp.rename(out_dir)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
