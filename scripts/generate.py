@@ -12,4 +12,5 @@ with job(snakemake):  # noqa: F821  (snakemake is injected by the script directi
         snakemake.output.latents,
         snakemake.output.metrics,
         threads=snakemake.threads,
+        record_sde=snakemake.params.record_sde,
     )

@@ -5,6 +5,7 @@ The embedded tiny model and a real SD1.5 checkpoint take the same path through t
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Mapping
@@ -48,7 +49,29 @@ def pipeline_class(family: str):
         from diffusers import StableDiffusionPipeline
 
         return StableDiffusionPipeline
+    if family == "sd3":
+        from diffusers import StableDiffusion3Pipeline
+
+        return StableDiffusion3Pipeline
     raise ModelError(f"model.family: unknown family {family!r}")
+
+
+def absent_components(path: str) -> dict:
+    """{name: None} for components a local folder's model_index.json lists as [null, null].
+
+    diffusers refuses to load such a folder (e.g. an SD3 model without T5) unless they are passed
+    explicitly as None.
+    """
+    index = Path(path) / "model_index.json"
+    if not index.is_file():
+        return {}
+    entries = json.loads(index.read_text())
+    return {k: None for k, v in entries.items() if isinstance(v, list) and v == [None, None]}
+
+
+def denoiser_name(family: str) -> str:
+    """The pipeline attribute (and LoRA key prefix) of the family's denoiser."""
+    return "transformer" if family == "sd3" else "unet"
 
 
 def resolve_device(name: str):
@@ -68,11 +91,11 @@ def load_pipeline(model_cfg: Mapping, lora_dir: str | None = None, device="cpu",
 
     cls = pipeline_class(model_cfg["family"])
     try:
+        family_kwargs = {"safety_checker": None, "requires_safety_checker": False} if model_cfg["family"] == "sd15" else {}
         pipe = cls.from_pretrained(
             model_cfg["path"],
             dtype=dtype or torch.float32,
-            safety_checker=None,
-            requires_safety_checker=False,
+            **{**absent_components(model_cfg["path"]), **family_kwargs},
         )
     except (OSError, ValueError) as exc:
         raise ModelError(f"model.path: cannot load {model_cfg['path']} as {cls.__name__} ({exc})") from exc

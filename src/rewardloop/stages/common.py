@@ -33,30 +33,57 @@ def torch_setup(threads: int, device_name: str):
 
 
 def rollout(pipe, prompts: pd.DataFrame, seeds: list[list[int]], settings, batch_size: int, id_prefix: str,
-            progress: bool = True, desc: str = "generate"):
+            progress: bool = True, desc: str = "generate", sde=None):
     """Sample ``seeds[i]`` images for prompt row i.
 
-    Returns (rows with sample_id/prompt_id/prompt/group/seed/image + sampler settings,
-    final latents [N, C, h, w], {prompt_id: text embedding}).
+    ``sde``: for flow-matching (SD3) pipelines, ``(noise level, SDE step indices of each sample)``,
+    samples in row order (prompt by prompt, then seed by seed); those steps are recorded. Returns (rows with sample_id/prompt_id/prompt/group/seed/image
+    + sampler settings, final latents [N, C, h, w], tensors to store: ``prompt_embeds/<prompt_id>``
+    (plus ``pooled_embeds/<prompt_id>`` and ``trajectory/<sample_id>/<key>`` for SD3)).
     """
-    import torch
-
-    from rewardloop.sampling import decode_latents, encode_prompts, sample_latents
-
-    embeds = encode_prompts(pipe, prompts.prompt.tolist()).cpu()
-    rows, row_embeds = [], []
+    rows = []
     for i, (prompt_id, prompt) in enumerate(zip(prompts.prompt_id, prompts.prompt)):
         for group, seed in enumerate(seeds[i]):
             rows.append({"sample_id": f"{id_prefix}-{prompt_id}-{group:02d}", "prompt_id": prompt_id,
-                         "prompt": prompt, "group": group, "seed": seed})
-            row_embeds.append(embeds[i])
-    latents = sample_latents(pipe, torch.stack(row_embeds), [r["seed"] for r in rows], settings, batch_size,
-                             progress=progress, desc=desc)
+                         "prompt": prompt, "group": group, "seed": seed, "_row": i})
+    sample_seeds = [r["seed"] for r in rows]
+    row_index = [r.pop("_row") for r in rows]
+    from rewardloop import flow_sampling
+
+    if flow_sampling.is_flow_pipeline(pipe):
+        latents, tensors = _flow_rollout(pipe, prompts, rows, row_index, settings, batch_size, sde, progress, desc)
+    else:
+        from rewardloop.sampling import encode_prompts, sample_latents
+
+        embeds = encode_prompts(pipe, prompts.prompt.tolist()).cpu()
+        latents = sample_latents(pipe, embeds[row_index], sample_seeds, settings, batch_size,
+                                 progress=progress, desc=desc)
+        tensors = {f"prompt_embeds/{pid}": e for pid, e in zip(prompts.prompt_id, embeds)}
+    from rewardloop.sampling import decode_latents
+
     images = decode_latents(pipe, latents, batch_size)
+    flow = flow_sampling.is_flow_pipeline(pipe)
     for row, image in zip(rows, images):
         row["image"] = encode_png(image, row["sample_id"] + ".png")
         row.update(settings.as_dict())
-    return pd.DataFrame(rows), latents, dict(zip(prompts.prompt_id, embeds))
+        if flow:  # Euler steps, SDE ones where recorded; DDIM's eta does not apply
+            row.update(sampler="flow_sde" if sde else "flow_euler", eta=float(sde[0]) if sde else 0.0)
+    return pd.DataFrame(rows), latents, tensors
+
+
+def _flow_rollout(pipe, prompts, rows, row_index, settings, batch_size, sde, progress, desc):
+    from rewardloop import flow_sampling
+
+    embeds, pooled = (t.cpu() for t in flow_sampling.encode_prompts(pipe, prompts.prompt.tolist()))
+    noise_level, steps = sde if sde else (0.0, None)
+    latents, records = flow_sampling.sample_flow(
+        pipe, embeds[row_index], pooled[row_index], [r["seed"] for r in rows], settings, batch_size,
+        sde_steps=steps, noise_level=noise_level, progress=progress, desc=desc)
+    tensors = {f"prompt_embeds/{pid}": e for pid, e in zip(prompts.prompt_id, embeds)}
+    tensors.update({f"pooled_embeds/{pid}": p for pid, p in zip(prompts.prompt_id, pooled)})
+    for row, record in zip(rows, records or []):
+        tensors.update({f"trajectory/{row['sample_id']}/{key}": value for key, value in (record or {}).items()})
+    return latents, tensors
 
 
 def to_arrow(frame: pd.DataFrame) -> pa.Table:

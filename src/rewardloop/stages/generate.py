@@ -17,8 +17,19 @@ def sampler_settings(generate_cfg, steps=None, eta=None) -> SamplerSettings:
     )
 
 
-def run(cfg, iteration: int, lora_dir, samples_path, latents_path, metrics_path, threads=1, progress=True):
-    """cfg: seed, model, prompts, generate, device."""
+def sde_selection(gen_cfg, seeds: list[list[int]], base_seed: int, iteration: int):
+    """(noise level, SDE steps of each sample in rollout order) from ``generate.sde`` and its step strategy."""
+    from rewardloop.step_strategies import select_sde_steps
+
+    sample_seeds = [s for row in seeds for s in row]
+    iteration_seed = sample_seed(base_seed, iteration, -1, 0)
+    steps = select_sde_steps(gen_cfg["sde"], gen_cfg["steps"], sample_seeds, iteration_seed)
+    return gen_cfg["sde"]["noise_level"], steps
+
+
+def run(cfg, iteration: int, lora_dir, samples_path, latents_path, metrics_path, threads=1, progress=True,
+        record_sde=False):
+    """cfg: seed, model, prompts, generate, device. ``record_sde``: SDE rollouts for GRPO (flow families)."""
     gen = cfg["generate"]
     metrics = {}
     device = torch_setup(threads, cfg["device"])
@@ -31,12 +42,12 @@ def run(cfg, iteration: int, lora_dir, samples_path, latents_path, metrics_path,
     seeds = [[sample_seed(cfg["seed"], iteration, i, k) for k in range(gen["images_per_prompt"])]
              for i in range(len(table))]
     with timed(metrics, "perf/rollout_time"):
-        rows, latents, embeds = rollout(pipe, table, seeds, sampler_settings(gen), gen["batch_size"],
-                                        id_prefix=f"i{iteration:03d}", progress=progress)
+        sde = sde_selection(gen, seeds, cfg["seed"], iteration) if record_sde else None
+        rows, latents, tensors = rollout(pipe, table, seeds, sampler_settings(gen), gen["batch_size"],
+                                         id_prefix=f"i{iteration:03d}", progress=progress, sde=sde)
     rows.insert(4, "iteration", iteration)
     meta = provenance(cfg, iteration, models.model_reference(cfg["model"], lora_dir))
-    tensors = {f"latents/{sid}": lat for sid, lat in zip(rows.sample_id, latents)}
-    tensors.update({f"prompt_embeds/{pid}": emb for pid, emb in embeds.items()})
+    tensors.update({f"latents/{sid}": lat for sid, lat in zip(rows.sample_id, latents)})
     write_tensors(tensors, latents_path, meta=meta)
     write_table(to_arrow(rows), samples_path, meta=meta)
     metrics.update({"iteration": iteration, "samples": len(rows), "prompts": len(table)})
