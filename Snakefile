@@ -1,5 +1,5 @@
 # rewardloop: iterative online reward fine-tuning of text-to-image diffusion models.
-# Each iteration it: generate -> score -> pairs -> train -> export (= model(it)); eval runs beside.
+# Each iteration it: generate -> score -> pairs | advantages -> train -> export (= model(it)); eval beside.
 # Usage: snakemake --cores 2 [--configfile configs/<recipe>.yaml] [--config iterations=5]
 
 from rewardloop import runlock
@@ -27,6 +27,7 @@ include: "rules/model.smk"
 include: "rules/generate.smk"
 include: "rules/score.smk"
 include: "rules/pairs.smk"
+include: "rules/advantages.smk"
 include: "rules/train.smk"
 include: "rules/export.smk"
 include: "rules/eval.smk"

@@ -1,6 +1,7 @@
 # Input functions and helpers shared by the rules. Iteration 0 is the only special case: it
 # samples from and trains on the base model (plus model.init_lora when given).
 
+from rewardloop.advantages import GROUP_LOSSES
 from rewardloop.config import stage_config
 from rewardloop.models import LORA_WEIGHTS
 
@@ -20,17 +21,22 @@ def checkpoint_dir(it):
     return f"{iter_dir(it)}/checkpoint"
 
 
+# The training signal: preference pairs (dpo, sft) or group advantages (grpo, nft).
+SIGNAL = "advantages" if config["train"]["loss"] in GROUP_LOSSES else "pairs"
+# GRPO trains on recorded SDE steps, so its rollouts record them.
+RECORD_SDE = config["train"]["loss"] == "grpo"
+
 ITERATION_ARTIFACTS = (
     "samples.parquet",
     "scores.parquet",
-    "pairs.parquet",
+    f"{SIGNAL}.parquet",
     f"train/{LORA_WEIGHTS}",
     f"checkpoint/{LORA_WEIGHTS}",
     "eval.parquet",
 )
 
 
-STAGES = ("generate", "score", "pairs", "train", "export", "eval")
+STAGES = ("generate", "score", SIGNAL, "train", "export", "eval")
 REPORT_DIR = f"{RESULTS}/report"
 TRACKING_RUN = f"{RESULTS}/tracking/run.json"
 
@@ -72,6 +78,11 @@ def job_resources(extra_mem_mb=0):
         "mem_mb": config["resources"]["mem_mb"] + extra_mem_mb,
         "runtime": config["resources"]["runtime"],
     }
+
+
+def train_signal_input(wildcards):
+    """What train learns from: pairs.parquet or advantages.parquet, by train.loss."""
+    return f"{iter_dir(wildcards.it)}/{SIGNAL}.parquet"
 
 
 def train_dir(wildcards):

@@ -13,6 +13,7 @@ rule generate:
     params:
         cfg=stage_config(config, "seed", "model", "prompts", "generate", "device"),
         lora_dir=previous_lora_dir,
+        record_sde=RECORD_SDE,
     log:
         f"{RESULTS}/logs/iter_{{it}}/generate.log",
     benchmark:

@@ -6,6 +6,7 @@ rule build_tiny_model:
         model=directory(config["model"]["path"]),
     params:
         tiny=config["tiny"],
+        family=config["model"]["family"],
     log:
         f"{RESULTS}/logs/build_tiny_model.log",
     benchmark:

@@ -2,7 +2,7 @@
 from rewardloop.snakemake_job import job
 
 with job(snakemake):  # noqa: F821
-    from rewardloop.tiny_sd15 import build_tiny_sd15
+    from rewardloop.models import build_tiny
 
     tiny = dict(snakemake.params.tiny)
-    build_tiny_sd15(snakemake.output.model, num_threads=tiny.pop("threads"), **tiny)
+    build_tiny(snakemake.params.family, snakemake.output.model, num_threads=tiny.pop("threads"), **tiny)

@@ -7,7 +7,7 @@ with job(snakemake):  # noqa: F821
     train.run(
         snakemake.params.cfg,
         iteration(snakemake),
-        snakemake.input.pairs,
+        snakemake.input.signal,
         snakemake.input.latents,
         snakemake.params.lora_dir,
         snakemake.params.out_dir,

@@ -86,6 +86,7 @@ def check_semantics(config: dict) -> None:
             f"generate.resolution: {config['generate']['resolution']} is not divisible by 8"
         )
     models.check_model_reference(config["model"])
+    check_loss_family(config)
     clash = sorted(set(config["eval"].get("rewards") or {}) & set(config["rewards"]))
     if clash:
         raise ConfigError(f"eval.rewards: {', '.join(clash)} already in rewards (names must differ)")
@@ -95,6 +96,22 @@ def check_semantics(config: dict) -> None:
             rewards.check_prompts(config["rewards"], loaded.prompt.tolist())
         except ValueError as exc:
             raise ConfigError(f"prompts.{key} ({config['prompts'][key]}): {exc}") from exc
+
+
+def check_loss_family(config: dict) -> None:
+    """sd15 trains on pairs (dpo, sft), sd3 on advantages (grpo, nft); GRPO's step strategy must fit."""
+    from rewardloop.advantages import GROUP_LOSSES
+    from rewardloop.step_strategies import StepStrategyError, select_sde_steps
+
+    loss, family = config["train"]["loss"], config["model"]["family"]
+    if (loss in GROUP_LOSSES) != (family == "sd3"):
+        raise ConfigError(f"train.loss: {loss} is not available for model.family {family} "
+                          "(sd15: dpo or sft; sd3: grpo or nft)")
+    if loss == "grpo":
+        try:
+            select_sde_steps(config["generate"]["sde"], config["generate"]["steps"], [0], 0)
+        except StepStrategyError as exc:
+            raise ConfigError(str(exc)) from exc
 
 
 def stage_config(config: Mapping, *sections: str) -> dict[str, Any]:

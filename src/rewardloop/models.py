@@ -74,6 +74,15 @@ def denoiser_name(family: str) -> str:
     return "transformer" if family == "sd3" else "unet"
 
 
+def build_tiny(family: str, out_dir, **kwargs) -> dict:
+    """Build and pretrain the embedded tiny model of ``family`` (rule build_tiny_model)."""
+    if family == "sd3":
+        from rewardloop.tiny_sd3 import build_tiny_sd3 as build
+    else:
+        from rewardloop.tiny_sd15 import build_tiny_sd15 as build
+    return build(out_dir, **kwargs)
+
+
 def resolve_device(name: str):
     import torch
 

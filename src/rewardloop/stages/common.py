@@ -81,6 +81,10 @@ def _flow_rollout(pipe, prompts, rows, row_index, settings, batch_size, sde, pro
         sde_steps=steps, noise_level=noise_level, progress=progress, desc=desc)
     tensors = {f"prompt_embeds/{pid}": e for pid, e in zip(prompts.prompt_id, embeds)}
     tensors.update({f"pooled_embeds/{pid}": p for pid, p in zip(prompts.prompt_id, pooled)})
+    if steps is not None:  # training recomputes the rollout's guided velocity
+        import torch
+
+        tensors["rollout/guidance_scale"] = torch.tensor(float(settings.guidance_scale))
     for row, record in zip(rows, records or []):
         tensors.update({f"trajectory/{row['sample_id']}/{key}": value for key, value in (record or {}).items()})
     return latents, tensors

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from rewardloop import models, prompts
 from rewardloop.artifacts import provenance, write_table, write_tensors
 from rewardloop.sampling import SamplerSettings, sample_seed
@@ -22,7 +24,7 @@ def sde_selection(gen_cfg, seeds: list[list[int]], base_seed: int, iteration: in
     from rewardloop.step_strategies import select_sde_steps
 
     sample_seeds = [s for row in seeds for s in row]
-    iteration_seed = sample_seed(base_seed, iteration, -1, 0)
+    iteration_seed = int(np.random.SeedSequence([base_seed, iteration + 1]).generate_state(1)[0])
     steps = select_sde_steps(gen_cfg["sde"], gen_cfg["steps"], sample_seeds, iteration_seed)
     return gen_cfg["sde"]["noise_level"], steps
 

@@ -6,6 +6,7 @@ import hashlib
 from pathlib import Path
 
 from rewardloop import models
+from rewardloop.advantages import GROUP_LOSSES
 from rewardloop.artifacts import config_hash
 from rewardloop.lora import load_lora_into, save_lora
 from rewardloop.stages.common import timed, torch_setup, write_metrics
@@ -18,8 +19,17 @@ def _file_digest(path) -> str:
 
 def run(cfg, iteration: int, pairs_path, latents_path, init_lora_dir, out_dir, state_dir, metrics_path,
         threads=1, progress=True):
-    """cfg: seed, model, train, device. ``init_lora_dir``: model(it-1)'s LoRA or None (the base)."""
+    """cfg: seed, model, train, device. ``init_lora_dir``: model(it-1)'s LoRA or None (the base).
+
+    ``pairs_path``: pairs.parquet, or advantages.parquet for the group losses (grpo, nft).
+    """
     from diffusers import DDPMScheduler
+
+    if cfg["train"]["loss"] in GROUP_LOSSES:
+        from rewardloop.stages import train_group
+
+        return train_group.run(cfg, iteration, pairs_path, latents_path, init_lora_dir, out_dir, state_dir,
+                               metrics_path, threads=threads, progress=progress)
 
     train_cfg = cfg["train"]
     metrics = {"iteration": iteration}

@@ -1,0 +1,56 @@
+"""train for the group losses (grpo, nft): one iteration on the advantages, from model(it-1)'s LoRA."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rewardloop import models
+from rewardloop.artifacts import config_hash
+from rewardloop.lora import load_lora_into, save_lora
+from rewardloop.stages.common import timed, torch_setup, write_metrics
+from rewardloop.stages.train import _file_digest
+
+
+class GroupLossError(ValueError):
+    pass
+
+
+def run(cfg, iteration: int, advantages_path, latents_path, init_lora_dir, out_dir, state_dir, metrics_path,
+        threads=1, progress=True):
+    """cfg: seed, model, train, device."""
+    from rewardloop import flow_sampling
+
+    train_cfg = cfg["train"]
+    family = cfg["model"]["family"]
+    if family != "sd3":
+        raise GroupLossError(f"train.loss: {train_cfg['loss']} needs model.family sd3 (got {family})")
+    metrics = {"iteration": iteration}
+    device = torch_setup(threads, cfg["device"])
+    with timed(metrics, "perf/model_load_time"):
+        pipe = models.load_pipeline(cfg["model"], device=device)
+        uncond = tuple(t.cpu() for t in flow_sampling.encode_prompts(pipe, [""]))
+    num_train = pipe.scheduler.config.num_train_timesteps
+    if train_cfg["loss"] == "grpo":
+        from rewardloop.grpo import GRPOTrainer, load_rollout_data, summarize_grpo
+
+        data = load_rollout_data(advantages_path, latents_path)
+        trainer = GRPOTrainer(train_cfg, pipe.transformer, uncond, num_train, data, cfg["seed"], iteration)
+        summarize = summarize_grpo
+    else:
+        from rewardloop.nft import NFTTrainer, load_nft_data, summarize_nft
+
+        data = load_nft_data(advantages_path, latents_path)
+        trainer = NFTTrainer(train_cfg, pipe.transformer, uncond, num_train, data, cfg["seed"], iteration)
+        summarize = summarize_nft
+    if init_lora_dir:
+        load_lora_into(trainer.unet, family, init_lora_dir)
+    trainer.after_init_lora()
+    lora_weights = Path(init_lora_dir) / models.LORA_WEIGHTS if init_lora_dir else None
+    fingerprint = "-".join([config_hash(cfg), str(iteration), _file_digest(advantages_path),
+                            _file_digest(latents_path), _file_digest(lora_weights)])
+    with timed(metrics, "perf/train_time"):
+        history, resumed_from = trainer.run(data, state_dir, fingerprint, progress=progress)
+    save_lora(trainer.unet, family, train_cfg["lora"], out_dir)
+    metrics.update(summarize(history, resumed_from))
+    metrics.update({"samples": len(data), "history": history})
+    write_metrics(metrics, metrics_path)
