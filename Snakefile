@@ -4,6 +4,7 @@
 
 from rewardloop import runlock
 from rewardloop.config import validate as validate_config
+from rewardloop.models import needs_hf_token
 
 
 configfile: f"{workflow.basedir}/config.yaml"
@@ -14,6 +15,14 @@ report: "report/workflow.rst"
 
 # Schema (defaults filled, unknown keys refused) and file checks, before any job starts.
 validate_config(config)
+
+
+# A gated hub model (SD3.5) needs a Hugging Face token: Snakemake passes HF_TOKEN from the
+# environment to every job (also on a cluster); it is never written to params, logs or MLflow.
+if needs_hf_token(config["model"]):
+
+    envvars:
+        "HF_TOKEN",
 
 
 # One run per results folder, taken when jobs are about to run (not for -n or --lint) and

@@ -59,3 +59,26 @@ def test_exported_lora_loads_into_plain_diffusers_sd3(workdir, tiny_sd3_model):
     pipe.load_lora_weights(str(workdir / "results/iter_001/checkpoint"))
     after = pipe(generator=torch.Generator().manual_seed(0), **kwargs).images
     assert after.shape == before.shape and abs(after - before).max() > 0
+
+
+def test_gated_sd3_hub_model_requires_hf_token(tmp_path):
+    """A hub SD3.5 needs HF_TOKEN (passed by `envvars:`); the DAG has advantages and no pairs."""
+    import os
+    import subprocess
+
+    from workflow_helpers import SNAKEMAKE
+
+    write_overlay(tmp_path, {
+        "model": {"family": "sd3", "path": "stabilityai/stable-diffusion-3.5-medium", "build_tiny": False},
+        "prompts": {"train": str(ROOT / "resources/prompts/train.txt"), "eval": str(ROOT / "resources/prompts/eval.txt")},
+        "train": {"loss": "grpo"}, "tracking": {"enabled": False},
+    })
+    cmd = [SNAKEMAKE, "-s", str(ROOT / "Snakefile"), "--directory", str(tmp_path), "--configfile",
+           str(tmp_path / "test.yaml"), "-n", "--cores", "1"]
+    env = {k: v for k, v in os.environ.items() if k != "HF_TOKEN"}
+    missing = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    assert missing.returncode != 0 and "HF_TOKEN" in missing.stdout + missing.stderr
+    planned = subprocess.run(cmd, capture_output=True, text=True, env={**env, "HF_TOKEN": "hf_test"})
+    assert planned.returncode == 0, planned.stderr[-2000:]
+    assert "advantages" in planned.stdout and "pairs" not in planned.stdout
+    assert "hf_test" not in planned.stdout + planned.stderr

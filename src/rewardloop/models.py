@@ -39,6 +39,11 @@ def check_model_reference(model_cfg: Mapping) -> None:
         raise ModelError(f"model.init_lora: {init_lora} has no {LORA_WEIGHTS}")
 
 
+def needs_hf_token(model_cfg: Mapping) -> bool:
+    """SD3/SD3.5 on the hub are gated: downloading them needs HF_TOKEN (passed through, never stored)."""
+    return model_cfg["family"] == "sd3" and not model_cfg.get("build_tiny") and is_hub_id(str(model_cfg["path"]))
+
+
 def model_reference(model_cfg: Mapping, lora_dir: str | None = None) -> str:
     """How artifacts and tracking name a model: the base path, plus the LoRA folder applied to it."""
     return str(model_cfg["path"]) + (f" + {lora_dir}" if lora_dir else "")
