@@ -7,10 +7,10 @@ import sys
 
 
 def _build_tiny(args) -> None:
-    from rewardloop.tiny_sd15 import build_tiny_sd15
+    from rewardloop.models import build_tiny
 
-    build_tiny_sd15(args.out, seed=args.seed, vae_steps=args.vae_steps, unet_steps=args.unet_steps,
-                    num_threads=args.threads)
+    build_tiny(args.family, args.out, seed=args.seed, vae_steps=args.vae_steps, unet_steps=args.unet_steps,
+               num_threads=args.threads)
     print(f"tiny model written to {args.out}")
 
 
@@ -25,7 +25,8 @@ def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="rewardloop", description=__doc__)
     commands = top.add_subparsers(dest="command", required=True)
 
-    build = commands.add_parser("build-tiny", help="build and pretrain the embedded tiny SD1.5-family model")
+    build = commands.add_parser("build-tiny", help="build and pretrain an embedded tiny model (SD1.5 or SD3 family)")
+    build.add_argument("--family", choices=["sd15", "sd3"], default="sd15")
     build.add_argument("--out", default="resources/models/tiny-sd15", help="output diffusers folder")
     build.add_argument("--seed", type=int, default=0)
     build.add_argument("--vae-steps", type=int, default=1200)
