@@ -99,14 +99,16 @@ def check_semantics(config: dict) -> None:
 
 
 def check_loss_family(config: dict) -> None:
-    """sd15 trains on pairs (dpo, sft), sd3 on advantages (grpo, nft); GRPO's step strategy must fit."""
-    from rewardloop.advantages import GROUP_LOSSES
+    """Losses per family (sd15: dpo, sft, grpo; sd3: grpo, nft); GRPO's step strategy must fit."""
     from rewardloop.step_strategies import StepStrategyError, select_sde_steps
 
     loss, family = config["train"]["loss"], config["model"]["family"]
-    if (loss in GROUP_LOSSES) != (family == "sd3"):
+    allowed = {"sd15": ("dpo", "sft", "grpo"), "sd3": ("grpo", "nft")}[family]
+    if loss not in allowed:
         raise ConfigError(f"train.loss: {loss} is not available for model.family {family} "
-                          "(sd15: dpo or sft; sd3: grpo or nft)")
+                          "(sd15: dpo, sft or grpo; sd3: grpo or nft)")
+    if loss == "grpo" and family == "sd15" and config["generate"]["sde"]["noise_level"] > 1:
+        raise ConfigError("generate.sde.noise_level: on sd15 it is DDIM's eta of the recorded steps; must be <= 1")
     if loss == "grpo":
         try:
             select_sde_steps(config["generate"]["sde"], config["generate"]["steps"], [0], 0)

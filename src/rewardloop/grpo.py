@@ -1,4 +1,4 @@
-"""Flow-GRPO training of a LoRA on recorded SDE rollouts (SD3 family).
+"""Flow-GRPO training of a LoRA on recorded SDE rollouts (SD3; SD1.5 via DDIM with eta > 0, DDPO-style).
 
 For each recorded step of each sample, the transition ``x_t -> x_next`` stored by the generate stage
 is re-scored under the current policy (the transformer with its LoRA, CFG as in the rollout), in
@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 
 from rewardloop.artifacts import read_table, read_tensors
 from rewardloop.flow_sampling import Conditioning, guided_velocity
-from rewardloop.sde import step_mean, transition_log_prob
+from rewardloop.sde import gaussian_log_prob, step_mean, transition_log_prob
 from rewardloop.train_state import load_state, save_state
 from rewardloop.training import PreferenceTrainer, TrainingError
 
@@ -53,17 +53,20 @@ def kl_to_reference(mean: torch.Tensor, mean_ref: torch.Tensor, std) -> torch.Te
 
 @dataclass
 class RolloutData:
-    """Recorded SDE steps of the kept samples: [N, K, ...] tensors, K = recorded steps per sample."""
+    """Recorded SDE steps of the kept samples: [N, K, ...] tensors, K = recorded steps per sample.
 
+    ``params``: the per-step constants of the family's step (sd3: sigmas, sigmas_next, std;
+    sd15: timesteps, alphas, alphas_prev, std), each [N, K]. ``pooled`` is None for sd15.
+    """
+
+    family: str
     latents: torch.Tensor
     next_latents: torch.Tensor
-    sigmas: torch.Tensor
-    sigmas_next: torch.Tensor
-    std: torch.Tensor
     log_probs: torch.Tensor
+    params: dict
     advantages: torch.Tensor
     embeds: torch.Tensor
-    pooled: torch.Tensor
+    pooled: torch.Tensor | None
     guidance_scale: float
 
     def __len__(self) -> int:
@@ -74,7 +77,10 @@ class RolloutData:
         return self.latents.shape[1]
 
 
-def load_rollout_data(advantages_path, latents_path) -> RolloutData:
+FAMILY_PARAMS = {"sd3": ("sigmas", "sigmas_next", "std"), "sd15": ("timesteps", "alphas", "alphas_prev", "std")}
+
+
+def load_rollout_data(advantages_path, latents_path, family: str) -> RolloutData:
     table = read_table(advantages_path, required=["sample_id", "prompt_id", "advantage"]).to_pandas()
     if table.empty:
         raise TrainingError(f"{advantages_path}: no samples with a non-zero advantage (every group tied?)")
@@ -83,18 +89,18 @@ def load_rollout_data(advantages_path, latents_path) -> RolloutData:
     def get(key: str) -> torch.Tensor:
         if key not in tensors:
             raise TrainingError(f"{latents_path}: has no tensor {key!r} (needed by {advantages_path}; "
-                                "was it generated with train.loss: grpo?)")
+                                f"was it generated with train.loss: grpo on a {family} model?)")
         return tensors[key]
 
     def stack(name: str) -> torch.Tensor:
         return torch.stack([get(f"trajectory/{sid}/{name}") for sid in table.sample_id])
 
     return RolloutData(
-        latents=stack("latents"), next_latents=stack("next_latents"), sigmas=stack("sigmas"),
-        sigmas_next=stack("sigmas_next"), std=stack("std"), log_probs=stack("log_probs"),
+        family=family, latents=stack("latents"), next_latents=stack("next_latents"), log_probs=stack("log_probs"),
+        params={name: stack(name) for name in FAMILY_PARAMS[family]},
         advantages=torch.tensor(table.advantage.to_numpy(), dtype=torch.float32),
         embeds=torch.stack([get(f"prompt_embeds/{p}") for p in table.prompt_id]),
-        pooled=torch.stack([get(f"pooled_embeds/{p}") for p in table.prompt_id]),
+        pooled=torch.stack([get(f"pooled_embeds/{p}") for p in table.prompt_id]) if family == "sd3" else None,
         guidance_scale=float(get("rollout/guidance_scale")),
     )
 
@@ -112,7 +118,7 @@ def micro_batches(data_len: int, recorded_steps: int, cfg: Mapping, seed: int, i
 
 
 class GRPOTrainer(PreferenceTrainer):
-    """Policy = transformer + LoRA; reference = the same transformer with the LoRA disabled."""
+    """Policy = denoiser (transformer or UNet) + LoRA; reference = the same denoiser with the LoRA disabled."""
 
     def __init__(self, train_cfg: Mapping, transformer, uncond: tuple[torch.Tensor, torch.Tensor],
                  num_train_timesteps: int, data: RolloutData, seed: int, iteration: int):
@@ -126,33 +132,48 @@ class GRPOTrainer(PreferenceTrainer):
     def after_init_lora(self) -> None:
         """Called once model(it-1)'s LoRA is loaded (NFT snapshots its "old" policy here)."""
 
-    def _means(self, data: RolloutData, index, k: int):
+    def _step_mean(self, denoiser, data: RolloutData, index, k: int):
+        """Mean of the recorded transition under ``denoiser`` (CFG as in the rollout), fp32."""
         device = self.accelerator.device
-        lat, sigma = data.latents[index, k].to(device), data.sigmas[index, k].to(device)
-        cond = Conditioning(data.embeds[index].to(device), data.pooled[index].to(device),
-                            self.uncond[0].expand(len(index), -1, -1).to(device),
-                            self.uncond[1].expand(len(index), -1).to(device))
-        sigma_next, std = data.sigmas_next[index, k].to(device), data.std[index, k].to(device)
+        lat = data.latents[index, k].to(device)
+        p = {name: value[index, k].to(device) for name, value in data.params.items()}
+        n = len(index)
+        if data.family == "sd3":
+            cond = Conditioning(data.embeds[index].to(device), data.pooled[index].to(device),
+                                self.uncond[0].expand(n, -1, -1).to(device), self.uncond[1].expand(n, -1).to(device))
+            velocity = guided_velocity(denoiser, lat, p["sigmas"], cond, data.guidance_scale, self.num_train_timesteps)
+            return step_mean(velocity, lat, p["sigmas"], p["sigmas_next"], p["std"])
+        from rewardloop.ddim_logprob import ddim_mean, guided_eps
 
-        def mean_of(transformer):
-            velocity = guided_velocity(transformer, lat, sigma, cond, data.guidance_scale, self.num_train_timesteps)
-            return step_mean(velocity, lat, sigma, sigma_next, std)
+        eps = guided_eps(denoiser, lat, p["timesteps"], data.embeds[index].to(device),
+                         self.uncond[0].expand(n, -1, -1).to(device), data.guidance_scale)
+        return ddim_mean(eps, lat, p["alphas"], p["alphas_prev"], p["std"])
 
-        mean = mean_of(self.unet)
+    def _log_prob(self, data: RolloutData, index, k: int, mean) -> torch.Tensor:
+        device = self.accelerator.device
+        p = {name: value[index, k].to(device) for name, value in data.params.items()}
+        next_latents = data.next_latents[index, k].to(device)
+        if data.family == "sd3":
+            return transition_log_prob(next_latents, mean, p["sigmas"], p["sigmas_next"], p["std"])
+        return gaussian_log_prob(next_latents, mean, p["std"])
+
+    def _means(self, data: RolloutData, index, k: int):
+        mean = self._step_mean(self.unet, data, index, k)
         mean_ref = None
         if self.cfg["kl_beta"] > 0:
             with torch.no_grad():
                 self.unet.disable_adapters()
                 try:
-                    mean_ref = mean_of(self.unet)
+                    mean_ref = self._step_mean(self.unet, data, index, k)
                 finally:
                     self.unet.enable_adapters()
-        return mean, mean_ref, sigma, sigma_next, std
+        return mean, mean_ref
 
     def grpo_loss(self, data: RolloutData, index, k: int) -> tuple[torch.Tensor, dict]:
         device = self.accelerator.device
-        mean, mean_ref, sigma, sigma_next, std = self._means(data, index, k)
-        log_prob = transition_log_prob(data.next_latents[index, k].to(device), mean, sigma, sigma_next, std)
+        mean, mean_ref = self._means(data, index, k)
+        log_prob = self._log_prob(data, index, k, mean)
+        std = data.params["std"][index, k].to(device)  # KL scale: flow std_t, DDIM's transition std
         old = data.log_probs[index, k].to(device)
         policy, clipfrac, approx_kl = clipped_policy_loss(log_prob, old, data.advantages[index].to(device),
                                                           self.cfg["clip_range"])

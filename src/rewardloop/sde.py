@@ -44,12 +44,17 @@ def step_mean(velocity: torch.Tensor, sample: torch.Tensor, sigma, sigma_next, s
             + velocity * (1 + std**2 * (1 - sigma) / (2 * sigma)) * dt)
 
 
+def gaussian_log_prob(sample: torch.Tensor, mean: torch.Tensor, scale) -> torch.Tensor:
+    """log N(sample; mean, scale^2) in fp32, averaged over all but the batch dimension -> [B]."""
+    scale = _per_sample(scale, mean)
+    log_prob = -((sample.float().detach() - mean) ** 2) / (2 * scale**2) - torch.log(scale) - _HALF_LOG_2PI
+    return log_prob.mean(dim=tuple(range(1, log_prob.ndim)))
+
+
 def transition_log_prob(next_sample: torch.Tensor, mean: torch.Tensor, sigma, sigma_next, std) -> torch.Tensor:
     """log N(next_sample; mean, (std sqrt(-dt))^2), averaged over all but the batch dimension -> [B]."""
-    next_sample = next_sample.float()
     scale = _per_sample(std, mean) * torch.sqrt(_per_sample(sigma, mean) - _per_sample(sigma_next, mean))
-    log_prob = -((next_sample.detach() - mean) ** 2) / (2 * scale**2) - torch.log(scale) - _HALF_LOG_2PI
-    return log_prob.mean(dim=tuple(range(1, log_prob.ndim)))
+    return gaussian_log_prob(next_sample, mean, scale)
 
 
 def sde_step(velocity, sample, sigma, sigma_next, std, noise: torch.Tensor | None = None):

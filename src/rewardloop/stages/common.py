@@ -36,10 +36,12 @@ def rollout(pipe, prompts: pd.DataFrame, seeds: list[list[int]], settings, batch
             progress: bool = True, desc: str = "generate", sde=None):
     """Sample ``seeds[i]`` images for prompt row i.
 
-    ``sde``: for flow-matching (SD3) pipelines, ``(noise level, SDE step indices of each sample)``,
-    samples in row order (prompt by prompt, then seed by seed); those steps are recorded. Returns (rows with sample_id/prompt_id/prompt/group/seed/image
-    + sampler settings, final latents [N, C, h, w], tensors to store: ``prompt_embeds/<prompt_id>``
-    (plus ``pooled_embeds/<prompt_id>`` and ``trajectory/<sample_id>/<key>`` for SD3)).
+    ``sde``: GRPO rollouts, ``(noise level, SDE step indices of each sample)`` with samples in row
+    order (prompt by prompt, then seed by seed); those steps are stochastic (flow SDE for SD3,
+    DDIM with eta = noise level for SD1.5) and recorded. Returns (rows with
+    sample_id/prompt_id/prompt/group/seed/image + sampler settings, final latents [N, C, h, w],
+    tensors to store: ``prompt_embeds/<prompt_id>``, plus ``pooled_embeds/<prompt_id>`` for SD3 and
+    ``trajectory/<sample_id>/<key>`` for recorded rollouts).
     """
     rows = []
     for i, (prompt_id, prompt) in enumerate(zip(prompts.prompt_id, prompts.prompt)):
@@ -56,9 +58,16 @@ def rollout(pipe, prompts: pd.DataFrame, seeds: list[list[int]], settings, batch
         from rewardloop.sampling import encode_prompts, sample_latents
 
         embeds = encode_prompts(pipe, prompts.prompt.tolist()).cpu()
-        latents = sample_latents(pipe, embeds[row_index], sample_seeds, settings, batch_size,
-                                 progress=progress, desc=desc)
         tensors = {f"prompt_embeds/{pid}": e for pid, e in zip(prompts.prompt_id, embeds)}
+        if sde:  # GRPO on SD1.5: DDIM with eta > 0 on the recorded steps (DDPO)
+            from rewardloop.ddim_logprob import sample_ddim_recorded
+
+            latents, records = sample_ddim_recorded(pipe, embeds[row_index], sample_seeds, settings, batch_size,
+                                                    sde[1], eta=sde[0], progress=progress, desc=desc)
+            _add_records(tensors, rows, records, settings)
+        else:
+            latents = sample_latents(pipe, embeds[row_index], sample_seeds, settings, batch_size,
+                                     progress=progress, desc=desc)
     from rewardloop.sampling import decode_latents
 
     images = decode_latents(pipe, latents, batch_size)
@@ -68,6 +77,8 @@ def rollout(pipe, prompts: pd.DataFrame, seeds: list[list[int]], settings, batch
         row.update(settings.as_dict())
         if flow:  # Euler steps, SDE ones where recorded; DDIM's eta does not apply
             row.update(sampler="flow_sde" if sde else "flow_euler", eta=float(sde[0]) if sde else 0.0)
+        elif sde:  # DDIM, eta = the noise level on the recorded steps
+            row.update(sampler="ddim_recorded", eta=float(sde[0]))
     return pd.DataFrame(rows), latents, tensors
 
 
@@ -81,13 +92,18 @@ def _flow_rollout(pipe, prompts, rows, row_index, settings, batch_size, sde, pro
         sde_steps=steps, noise_level=noise_level, progress=progress, desc=desc)
     tensors = {f"prompt_embeds/{pid}": e for pid, e in zip(prompts.prompt_id, embeds)}
     tensors.update({f"pooled_embeds/{pid}": p for pid, p in zip(prompts.prompt_id, pooled)})
-    if steps is not None:  # training recomputes the rollout's guided velocity
-        import torch
-
-        tensors["rollout/guidance_scale"] = torch.tensor(float(settings.guidance_scale))
-    for row, record in zip(rows, records or []):
-        tensors.update({f"trajectory/{row['sample_id']}/{key}": value for key, value in (record or {}).items()})
+    if steps is not None:
+        _add_records(tensors, rows, records, settings)
     return latents, tensors
+
+
+def _add_records(tensors: dict, rows, records, settings) -> None:
+    """Recorded SDE steps as ``trajectory/<sample_id>/<key>``, plus the guidance scale training re-applies."""
+    import torch
+
+    tensors["rollout/guidance_scale"] = torch.tensor(float(settings.guidance_scale))
+    for row, record in zip(rows, records):
+        tensors.update({f"trajectory/{row['sample_id']}/{key}": value for key, value in (record or {}).items()})
 
 
 def to_arrow(frame: pd.DataFrame) -> pa.Table:

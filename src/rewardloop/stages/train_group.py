@@ -1,4 +1,4 @@
-"""train for the group losses (grpo, nft): one iteration on the advantages, from model(it-1)'s LoRA."""
+"""train for the group losses (grpo on sd3/sd15, nft on sd3): one iteration on the advantages."""
 
 from __future__ import annotations
 
@@ -15,26 +15,36 @@ class GroupLossError(ValueError):
     pass
 
 
+def unconditional_embeddings(pipe, family: str) -> tuple:
+    """The empty prompt's conditioning for CFG: (embeddings [1, L, D], pooled [1, P] or None)."""
+    if family == "sd3":
+        from rewardloop import flow_sampling
+
+        return tuple(t.cpu() for t in flow_sampling.encode_prompts(pipe, [""]))
+    from rewardloop.sampling import encode_prompts
+
+    return encode_prompts(pipe, [""]).cpu(), None
+
+
 def run(cfg, iteration: int, advantages_path, latents_path, init_lora_dir, out_dir, state_dir, metrics_path,
         threads=1, progress=True):
     """cfg: seed, model, train, device."""
-    from rewardloop import flow_sampling
-
     train_cfg = cfg["train"]
     family = cfg["model"]["family"]
-    if family != "sd3":
+    if family != "sd3" and train_cfg["loss"] != "grpo":
         raise GroupLossError(f"train.loss: {train_cfg['loss']} needs model.family sd3 (got {family})")
     metrics = {"iteration": iteration}
     device = torch_setup(threads, cfg["device"])
     with timed(metrics, "perf/model_load_time"):
         pipe = models.load_pipeline(cfg["model"], device=device)
-        uncond = tuple(t.cpu() for t in flow_sampling.encode_prompts(pipe, [""]))
+        uncond = unconditional_embeddings(pipe, family)
+    denoiser = getattr(pipe, models.denoiser_name(family))
     num_train = pipe.scheduler.config.num_train_timesteps
     if train_cfg["loss"] == "grpo":
         from rewardloop.grpo import GRPOTrainer, load_rollout_data, summarize_grpo
 
-        data = load_rollout_data(advantages_path, latents_path)
-        trainer = GRPOTrainer(train_cfg, pipe.transformer, uncond, num_train, data, cfg["seed"], iteration)
+        data = load_rollout_data(advantages_path, latents_path, family)
+        trainer = GRPOTrainer(train_cfg, denoiser, uncond, num_train, data, cfg["seed"], iteration)
         summarize = summarize_grpo
     else:
         from rewardloop.nft import NFTTrainer, load_nft_data, summarize_nft
