@@ -16,7 +16,7 @@ from typing import Sequence
 import torch
 from tqdm.auto import tqdm
 
-from rewardloop.sde import _per_sample, gaussian_log_prob
+from rewardloop.sde import per_sample, gaussian_log_prob
 
 RECORD_KEYS = ("latents", "next_latents", "timesteps", "alphas", "alphas_prev", "std", "log_probs")
 
@@ -36,7 +36,7 @@ def ddim_std(a_t: float, a_prev: float, eta: float) -> float:
 def ddim_mean(eps: torch.Tensor, sample: torch.Tensor, a_t, a_prev, std) -> torch.Tensor:
     """Mean of the DDIM transition (fp32); ``a_t``, ``a_prev``, ``std`` are scalars or [B]."""
     eps, sample = eps.float(), sample.float()
-    a_t, a_prev, std = (_per_sample(v, sample) for v in (a_t, a_prev, std))
+    a_t, a_prev, std = (per_sample(v, sample) for v in (a_t, a_prev, std))
     x0 = (sample - torch.sqrt(1 - a_t) * eps) / torch.sqrt(a_t)
     return torch.sqrt(a_prev) * x0 + torch.sqrt((1 - a_prev - std**2).clamp(min=0)) * eps
 
@@ -83,7 +83,7 @@ def sample_ddim_recorded(pipe, embeds: torch.Tensor, seeds: Sequence[int], setti
             noise = torch.stack([torch.randn(shape, generator=g) for g in generators]).to(device)
             eps = guided_eps(unet, latents, t, cond, batch_uncond, settings.guidance_scale)
             mean = ddim_mean(eps, latents, a_t, a_prev, std.to(device))
-            next_latents = mean + _per_sample(std.to(device), mean) * noise
+            next_latents = mean + per_sample(std.to(device), mean) * noise
             if any(is_sde):
                 log_probs = gaussian_log_prob(next_latents, mean, torch.where(std > 0, std, torch.ones_like(std)))
                 for i in (i for i, flag in enumerate(is_sde) if flag):

@@ -29,7 +29,7 @@ def sde_std(sigmas: torch.Tensor, index: int, noise_level: float) -> float:
     return noise_level * math.sqrt(sigma / denominator) if denominator > 0 else 0.0
 
 
-def _per_sample(value, like: torch.Tensor) -> torch.Tensor:
+def per_sample(value, like: torch.Tensor) -> torch.Tensor:
     """A scalar or [B] tensor as [B, 1, ..., 1] in fp32 on ``like``'s device."""
     value = torch.as_tensor(value, dtype=torch.float32, device=like.device)
     return value.reshape(-1, *([1] * (like.ndim - 1)))
@@ -38,7 +38,7 @@ def _per_sample(value, like: torch.Tensor) -> torch.Tensor:
 def step_mean(velocity: torch.Tensor, sample: torch.Tensor, sigma, sigma_next, std) -> torch.Tensor:
     """The mean of the SDE transition (fp32); ``sigma``, ``sigma_next``, ``std`` are scalars or [B]."""
     velocity, sample = velocity.float(), sample.float()
-    sigma, sigma_next, std = (_per_sample(v, sample) for v in (sigma, sigma_next, std))
+    sigma, sigma_next, std = (per_sample(v, sample) for v in (sigma, sigma_next, std))
     dt = sigma_next - sigma
     return (sample * (1 + std**2 / (2 * sigma) * dt)
             + velocity * (1 + std**2 * (1 - sigma) / (2 * sigma)) * dt)
@@ -46,24 +46,24 @@ def step_mean(velocity: torch.Tensor, sample: torch.Tensor, sigma, sigma_next, s
 
 def gaussian_log_prob(sample: torch.Tensor, mean: torch.Tensor, scale) -> torch.Tensor:
     """log N(sample; mean, scale^2) in fp32, averaged over all but the batch dimension -> [B]."""
-    scale = _per_sample(scale, mean)
+    scale = per_sample(scale, mean)
     log_prob = -((sample.float().detach() - mean) ** 2) / (2 * scale**2) - torch.log(scale) - _HALF_LOG_2PI
     return log_prob.mean(dim=tuple(range(1, log_prob.ndim)))
 
 
 def transition_log_prob(next_sample: torch.Tensor, mean: torch.Tensor, sigma, sigma_next, std) -> torch.Tensor:
     """log N(next_sample; mean, (std sqrt(-dt))^2), averaged over all but the batch dimension -> [B]."""
-    scale = _per_sample(std, mean) * torch.sqrt(_per_sample(sigma, mean) - _per_sample(sigma_next, mean))
+    scale = per_sample(std, mean) * torch.sqrt(per_sample(sigma, mean) - per_sample(sigma_next, mean))
     return gaussian_log_prob(next_sample, mean, scale)
 
 
 def sde_step(velocity, sample, sigma, sigma_next, std, noise: torch.Tensor | None = None):
     """One step: returns (next sample, its mean). ``noise`` (standard normal) is required where std > 0."""
     mean = step_mean(velocity, sample, sigma, sigma_next, std)
-    std_t = _per_sample(std, mean)
+    std_t = per_sample(std, mean)
     if noise is None:
         if bool((std_t > 0).any()):
             raise ValueError("sde_step: noise is required for a step with std > 0")
         return mean, mean
-    scale = std_t * torch.sqrt(_per_sample(sigma, mean) - _per_sample(sigma_next, mean))
+    scale = std_t * torch.sqrt(per_sample(sigma, mean) - per_sample(sigma_next, mean))
     return mean + scale * noise.float(), mean
