@@ -29,3 +29,16 @@ def test_ocr_recipe_keeps_the_miles_values():
     assert (train["kl_beta"], train["clip_range"], train["learning_rate"]) == (0.04, 1e-4, 3e-4)
     assert (train["lora"]["rank"], train["lora"]["alpha"]) == (32, 64)
     assert config["advantages"]["globalize_reward_std"] is True and "ocr" in config["rewards"]
+
+
+@pytest.mark.parametrize("family, loss, ok", [("sd3", "dpo", False), ("sd15", "nft", False), ("sd15", "grpo", True),
+                                              ("sd3", "nft", True)])
+def test_loss_must_fit_the_family(family, loss, ok):
+    from rewardloop.config import ConfigError, load
+
+    overrides = {"model": {"family": family}, "train": {"loss": loss}}
+    if ok:
+        assert load(ROOT / "config.yaml", overrides)["train"]["loss"] == loss
+    else:
+        with pytest.raises(ConfigError, match=f"train.loss: {loss} is not available for model.family {family}"):
+            load(ROOT / "config.yaml", overrides)
