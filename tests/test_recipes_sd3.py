@@ -11,7 +11,7 @@ from workflow_helpers import ROOT
 
 
 @pytest.mark.parametrize("name, loss", [("sd35m_ocr_grpo", "grpo"), ("sd35m_pickscore_nft", "nft"),
-                                        ("tiny_sd3_grpo", "grpo")])
+                                        ("tiny_sd3_grpo", "grpo"), ("tiny_sd3_nft", "nft")])
 def test_recipe_matches_the_schema(name, loss):
     config = yaml.safe_load((ROOT / "configs" / f"{name}.yaml").read_text())
     errors = [f"{list(e.path)}: {e.message}" for e in _Validator(load_schema()).iter_errors(config)]
