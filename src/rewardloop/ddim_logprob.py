@@ -16,10 +16,8 @@ from typing import Sequence
 import torch
 from tqdm.auto import tqdm
 
-from rewardloop.sde import per_sample, gaussian_log_prob
-
-RECORD_KEYS = ("latents", "next_latents", "timesteps", "alphas", "alphas_prev", "std", "log_probs")
-
+from rewardloop.sde import gaussian_log_prob, per_sample
+from rewardloop.trajectory import StepRecorder
 
 def step_alphas(scheduler, t: int, steps: int) -> tuple[float, float]:
     """(alpha_prod at t, alpha_prod at the previous timestep) of a DDIM schedule of ``steps`` steps."""
@@ -75,7 +73,7 @@ def sample_ddim_recorded(pipe, embeds: torch.Tensor, seeds: Sequence[int], setti
         latents = initial_noise(batch_seeds, shape, device, torch.float32)
         generators = [torch.Generator().manual_seed(s + 1) for s in batch_seeds]
         batch_steps = [list(s) for s in sde_steps[start: start + n]]
-        batch_records = [{key: [] for key in RECORD_KEYS} for _ in batch_seeds]
+        recorder = StepRecorder(n)
         for j, t in enumerate(timesteps):
             a_t, a_prev = step_alphas(scheduler, t, settings.steps)
             is_sde = [j in steps for steps in batch_steps]
@@ -86,17 +84,9 @@ def sample_ddim_recorded(pipe, embeds: torch.Tensor, seeds: Sequence[int], setti
             next_latents = mean + per_sample(std.to(device), mean) * noise
             if any(is_sde):
                 log_probs = gaussian_log_prob(next_latents, mean, torch.where(std > 0, std, torch.ones_like(std)))
-                for i in (i for i, flag in enumerate(is_sde) if flag):
-                    record = batch_records[i]
-                    record["latents"].append(latents[i].float().cpu())
-                    record["next_latents"].append(next_latents[i].float().cpu())
-                    record["timesteps"].append(torch.tensor(float(t)))
-                    record["alphas"].append(torch.tensor(a_t))
-                    record["alphas_prev"].append(torch.tensor(a_prev))
-                    record["std"].append(std[i].clone())
-                    record["log_probs"].append(log_probs[i].float().cpu())
+                recorder.add(is_sde, latents=latents, next_latents=next_latents, timesteps=float(t), alphas=a_t,
+                             alphas_prev=a_prev, std=std, log_probs=log_probs)
             latents = next_latents
         outputs.append(latents.float().cpu())
-        records += [{k: torch.stack(v).float() for k, v in r.items()} if r["latents"] else None
-                    for r in batch_records]
+        records += recorder.stacked()
     return torch.cat(outputs), records

@@ -17,9 +17,7 @@ import torch
 from tqdm.auto import tqdm
 
 from rewardloop.sde import sde_std, sde_step, transition_log_prob
-
-RECORD_KEYS = ("latents", "next_latents", "timesteps", "sigmas", "sigmas_next", "std", "log_probs")
-
+from rewardloop.trajectory import StepRecorder
 
 def is_flow_pipeline(pipe) -> bool:
     return hasattr(pipe, "transformer") and hasattr(pipe.scheduler.config, "shift")
@@ -94,7 +92,8 @@ def sample_flow(pipe, embeds: torch.Tensor, pooled: torch.Tensor, seeds: Sequenc
     """Denoise one image per (embedding row, seed).
 
     Returns (final latents [N, C, h, w] fp32 on the CPU, per-sample records: a list of dicts of the
-    RECORD_KEYS stacked over that sample's SDE steps, or None when ``sde_steps`` is None).
+    keys latents, next_latents, timesteps, sigmas, sigmas_next, std, log_probs stacked over that
+    sample's SDE steps, or None when ``sde_steps`` is None).
     """
     transformer = pipe.transformer
     device = pipe.device
@@ -115,7 +114,7 @@ def sample_flow(pipe, embeds: torch.Tensor, pooled: torch.Tensor, seeds: Sequenc
                                for s in batch_seeds]).to(device)
         generators = [torch.Generator().manual_seed(s + 1) for s in batch_seeds]
         batch_steps = sde_steps[start: start + n] if sde_steps is not None else [[] for _ in batch_seeds]
-        batch_records = [{key: [] for key in RECORD_KEYS} for _ in batch_seeds]
+        recorder = StepRecorder(n)
         for j in range(settings.steps):
             sigma, sigma_next = float(sigmas[j]), float(sigmas[j + 1])
             is_sde = [j in steps for steps in batch_steps]
@@ -126,17 +125,9 @@ def sample_flow(pipe, embeds: torch.Tensor, pooled: torch.Tensor, seeds: Sequenc
             if any(is_sde):
                 log_probs = transition_log_prob(next_latents, mean, sigma, sigma_next,
                                                 torch.where(std > 0, std, torch.ones_like(std)).to(device))
-                for i in (i for i, flag in enumerate(is_sde) if flag):
-                    record = batch_records[i]
-                    record["latents"].append(latents[i].float().cpu())
-                    record["next_latents"].append(next_latents[i].float().cpu())
-                    record["timesteps"].append(torch.tensor(sigma * num_train))
-                    record["sigmas"].append(torch.tensor(sigma))
-                    record["sigmas_next"].append(torch.tensor(sigma_next))
-                    record["std"].append(std[i].clone())
-                    record["log_probs"].append(log_probs[i].float().cpu())
+                recorder.add(is_sde, latents=latents, next_latents=next_latents, timesteps=sigma * num_train,
+                             sigmas=sigma, sigmas_next=sigma_next, std=std, log_probs=log_probs)
             latents = next_latents
         outputs.append(latents.float().cpu())
-        records += [{k: torch.stack(v).float() for k, v in r.items()} if r["latents"] else None
-                    for r in batch_records]
+        records += recorder.stacked()
     return torch.cat(outputs), (records if sde_steps is not None else None)
