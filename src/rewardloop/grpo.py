@@ -136,6 +136,16 @@ class GRPOTrainer(PreferenceTrainer):
     def after_init_lora(self) -> None:
         """Called once model(it-1)'s LoRA is loaded (NFT snapshots its "old" policy here)."""
 
+    def on_resume(self) -> None:
+        """Called when run() resumes from a checkpoint (NFT restarts its "old" policy there)."""
+
+    def after_update(self) -> None:
+        """Called after each optimizer step (NFT moves its EMA "old" policy here)."""
+
+    def micro_loss(self, data, step: int, micro: int, index, k: int) -> tuple[torch.Tensor, dict]:
+        """Loss and logs of micro-batch ``micro`` (samples ``index``, recorded step ``k``) of update ``step``."""
+        return self.grpo_loss(data, index, k)
+
     def _step_mean(self, denoiser, data: RolloutData, index, k: int):
         """Mean of the recorded transition under ``denoiser`` (CFG as in the rollout), fp32."""
         device = self.accelerator.device
@@ -194,14 +204,16 @@ class GRPOTrainer(PreferenceTrainer):
         """All optimizer updates of the iteration, resuming from ``state_dir``; (history, resumed-from step)."""
         transformer, optimizer, lr_scheduler = self.accelerator.prepare(self.unet, self.optimizer, self.lr_scheduler)
         start, history = load_state(state_dir, fingerprint, self.named_trainable(), self.optimizer, self.lr_scheduler)
+        if start:
+            self.on_resume()
         transformer.train()
         for step in tqdm(range(start, len(self.updates)), desc="train", unit="step", disable=not progress):
             started = time.perf_counter()
             micro = self.updates[step]
             logs: dict[str, float] = {}
             optimizer.zero_grad()
-            for index, k in micro:
-                loss, micro_logs = self.grpo_loss(data, index, k)
+            for m, (index, k) in enumerate(micro):
+                loss, micro_logs = self.micro_loss(data, step, m, index, k)
                 if not torch.isfinite(loss):
                     raise TrainingError(f"iteration {self.iteration}, step {step}: loss is {loss.item()}; "
                                         f"the last good state in {state_dir} is kept")
@@ -212,6 +224,7 @@ class GRPOTrainer(PreferenceTrainer):
                 self.accelerator.clip_grad_norm_(self.params, self.cfg["max_grad_norm"])
                 optimizer.step()
                 lr_scheduler.step()
+                self.after_update()
             logs.update({"step": step, "lr": lr_scheduler.get_last_lr()[0], "time": time.perf_counter() - started})
             history.append(logs)
             done = step + 1

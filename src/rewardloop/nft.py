@@ -16,15 +16,11 @@ old policy is an adapter that starts as model(it-1)'s LoRA and follows the train
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from rewardloop.artifacts import read_table, read_tensors
-from rewardloop.grpo import GRPOTrainer, micro_batches
-from rewardloop.train_state import load_state, save_state
+from rewardloop.grpo import GRPOTrainer
 from rewardloop.training import TrainingError
 
 
@@ -111,39 +107,18 @@ class NFTTrainer(GRPOTrainer):
         return loss, {"train/loss": loss.item(),
                       "train/old_new_velocity_diff": (v_theta.detach() - v_old).abs().mean().item()}
 
-    def run(self, data: NFTData, state_dir, fingerprint: str, progress: bool = True):
-        transformer, optimizer, lr_scheduler = self.accelerator.prepare(self.unet, self.optimizer, self.lr_scheduler)
-        start, history = load_state(state_dir, fingerprint, self.named_trainable(), self.optimizer, self.lr_scheduler)
-        if start:  # the EMA copy is not checkpointed: restart it from the resumed weights
-            self.after_init_lora()
+    # run() is GRPOTrainer's: the hooks below make it NFT's.
+    def micro_loss(self, data: NFTData, step: int, micro: int, index, k: int):
+        return self.nft_step_loss(data, index, step, micro)
+
+    def on_resume(self) -> None:
+        self.after_init_lora()  # the EMA copy is not checkpointed: restart it from the resumed weights
+
+    def after_update(self) -> None:
         decay = self.cfg["nft_ema_decay"]
-        transformer.train()
-        for step in tqdm(range(start, len(self.updates)), desc="train", unit="step", disable=not progress):
-            started = time.perf_counter()
-            micro = self.updates[step]
-            logs: dict[str, float] = {}
-            optimizer.zero_grad()
-            for m, (index, _) in enumerate(micro):
-                loss, micro_logs = self.nft_step_loss(data, index, step, m)
-                if not torch.isfinite(loss):
-                    raise TrainingError(f"iteration {self.iteration}, step {step}: loss is {loss.item()}")
-                self.accelerator.backward(loss / len(micro))
-                for key, value in micro_logs.items():
-                    logs[key] = logs.get(key, 0.0) + value / len(micro)
-            self.accelerator.clip_grad_norm_(self.params, self.cfg["max_grad_norm"])
-            optimizer.step()
-            lr_scheduler.step()
-            with torch.no_grad():
-                for p, old in zip(self.params, self.old):
-                    old.mul_(decay).add_(p.detach(), alpha=1 - decay)
-            logs.update({"step": step, "lr": lr_scheduler.get_last_lr()[0], "time": time.perf_counter() - started})
-            history.append(logs)
-            done = step + 1
-            if done % self.cfg["checkpointing_steps"] == 0 and done < len(self.updates):
-                save_state(state_dir, done, fingerprint, self.named_trainable(), self.optimizer, self.lr_scheduler,
-                           history)
-        transformer.eval()
-        return history, start
+        with torch.no_grad():
+            for p, old in zip(self.params, self.old):
+                old.mul_(decay).add_(p.detach(), alpha=1 - decay)
 
 
 def summarize_nft(history: list[dict], resumed_from: int) -> dict:

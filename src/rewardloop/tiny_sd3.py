@@ -32,7 +32,8 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from rewardloop import synthetic, tokenizer as tok
-from rewardloop.tiny_sd15 import IMAGE_SIZE, TEXT_CONFIG, VAE_CONFIG, _lr, _summary, _to_tensor, train_vae
+from rewardloop.tiny_sd15 import (IMAGE_SIZE, TEXT_CONFIG, VAE_CONFIG, _lr, _summary, _to_tensor, pretraining_prompts,
+                                  train_vae)
 
 SCHEDULER = dict(num_train_timesteps=1000, shift=3.0)  # SD3/SD3.5's scheduler_config.json
 SD3_TEXT_CONFIG = {**TEXT_CONFIG, "hidden_size": 32, "intermediate_size": 128, "projection_dim": 32,
@@ -116,6 +117,7 @@ def build_tiny_sd3(
     kl_weight: float = 1e-4,
     caption_dropout: float = 0.1,
     num_threads: int | None = None,
+    pretrain_on: str = "train",
 ) -> dict:
     """Build, pretrain and save the tiny SD3 model at ``out_dir`` atomically; return build stats.
 
@@ -134,7 +136,7 @@ def build_tiny_sd3(
         t0 = time.perf_counter()
         torch.manual_seed(seed)
         rng = np.random.default_rng(seed)
-        prompts = synthetic.split_prompts(0)[0]
+        prompts = pretraining_prompts(pretrain_on)
         tokenizer = tok.build_tokenizer(tmp / "tokenizer")
         tokenizer_2 = tok.build_tokenizer(tmp / "tokenizer_2")  # SD3 loads two CLIP tokenizers
         vae = AutoencoderKL(**SD3_VAE_CONFIG)
@@ -162,6 +164,7 @@ def build_tiny_sd3(
         stats = {
             "family": "sd3",
             "seed": seed,
+            "pretrain_on": pretrain_on,
             "image_size": IMAGE_SIZE,
             "vae_steps": vae_steps,
             "unet_steps": unet_steps,
