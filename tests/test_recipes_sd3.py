@@ -43,3 +43,22 @@ def test_loss_must_fit_the_family(family, loss, ok):
     else:
         with pytest.raises(ConfigError, match=f"train.loss: {loss} is not available for model.family {family}"):
             load(ROOT / "config.yaml", overrides)
+
+
+@pytest.mark.parametrize("overrides, key", [
+    ({"train": {"adapter": "none"}}, "train.adapter"),
+    ({"train": {"num_processes": 2}}, "train.num_processes"),
+])
+def test_group_losses_refuse_what_they_do_not_support(overrides, key):
+    """GRPO/NFT train a LoRA (the reference is the LoRA disabled) in one process."""
+    from rewardloop.config import ConfigError, deep_merge, load
+
+    with pytest.raises(ConfigError, match=key):
+        load(ROOT / "config.yaml", deep_merge({"train": {"loss": "grpo"}}, overrides))
+
+
+def test_sdxl_has_no_group_losses():
+    from rewardloop.config import ConfigError, load
+
+    with pytest.raises(ConfigError, match="train.loss: grpo is not available for model.family sdxl"):
+        load(ROOT / "config.yaml", {"model": {"family": "sdxl"}, "train": {"loss": "grpo"}})
