@@ -60,6 +60,24 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
 
 
+@contextlib.contextmanager
+def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary folder beside ``path``; it replaces ``path`` only if the block succeeds."""
+    import shutil
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX + path.name + ".", dir=path.parent))
+    try:
+        yield tmp
+        os.chmod(tmp, 0o755)  # mkdtemp creates it private
+        if path.exists():
+            shutil.rmtree(path)
+        os.replace(tmp, path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def write_table(table: pa.Table, path: str | os.PathLike, meta: Mapping | None = None) -> None:
     """Write a pyarrow Table (or pandas DataFrame) atomically with provenance metadata."""
     if not isinstance(table, pa.Table):

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 import time
 from pathlib import Path
 
@@ -32,6 +30,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from rewardloop import synthetic, tokenizer as tok
+from rewardloop.artifacts import atomic_dir
 from rewardloop.tiny_sd15 import (IMAGE_SIZE, TEXT_CONFIG, VAE_CONFIG, _lr, _summary, _to_tensor, pretraining_prompts,
                                   train_vae)
 
@@ -130,9 +129,7 @@ def build_tiny_sd3(
     if num_threads:
         torch.set_num_threads(num_threads)
     out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{out_dir.name}.", dir=out_dir.parent))
-    try:
+    with atomic_dir(out_dir) as tmp:
         t0 = time.perf_counter()
         torch.manual_seed(seed)
         rng = np.random.default_rng(seed)
@@ -185,10 +182,4 @@ def build_tiny_sd3(
             "torch_threads": torch.get_num_threads(),
         }
         (tmp / "build_info.json").write_text(json.dumps(stats, indent=2))
-        os.chmod(tmp, 0o755)
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.replace(tmp, out_dir)
-        return stats
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    return stats
