@@ -1,9 +1,10 @@
 # rewardloop: iterative online reward fine-tuning of text-to-image diffusion models.
-# Each iteration it: generate -> score -> pairs -> train -> export (= model(it)); eval runs beside.
+# Each iteration it: generate -> score -> pairs | advantages -> train -> export (= model(it)); eval beside.
 # Usage: snakemake --cores 2 [--configfile configs/<recipe>.yaml] [--config iterations=5]
 
 from rewardloop import runlock
 from rewardloop.config import validate as validate_config
+from rewardloop.models import needs_hf_token
 
 
 configfile: f"{workflow.basedir}/config.yaml"
@@ -14,6 +15,14 @@ report: "report/workflow.rst"
 
 # Schema (defaults filled, unknown keys refused) and file checks, before any job starts.
 validate_config(config)
+
+
+# A gated hub model (SD3.5) needs a Hugging Face token: Snakemake passes HF_TOKEN from the
+# environment to every job (also on a cluster); it is never written to params, logs or MLflow.
+if needs_hf_token(config["model"]):
+
+    envvars:
+        "HF_TOKEN",
 
 
 # One run per results folder, taken when jobs are about to run (not for -n or --lint) and
@@ -28,6 +37,7 @@ include: "rules/generate.smk"
 include: "rules/score.smk"
 include: "rules/pairs.smk"
 include: "rules/offline.smk"
+include: "rules/advantages.smk"
 include: "rules/train.smk"
 include: "rules/export.smk"
 include: "rules/eval.smk"

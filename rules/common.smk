@@ -2,6 +2,7 @@
 # samples from and trains on the base model (plus model.init_lora when given).
 
 from rewardloop import resources as job_gpus
+from rewardloop.advantages import GROUP_LOSSES
 from rewardloop.config import stage_config
 from rewardloop.models import LORA_WEIGHTS, checkpoint_file, trained_file
 
@@ -27,17 +28,22 @@ def checkpoint_dir(it):
     return f"{iter_dir(it)}/checkpoint"
 
 
+# The training signal: preference pairs (dpo, sft) or group advantages (grpo, nft).
+SIGNAL = "advantages" if config["train"]["loss"] in GROUP_LOSSES else "pairs"
+# GRPO trains on recorded SDE steps, so its rollouts record them.
+RECORD_SDE = config["train"]["loss"] == "grpo"
+
 ITERATION_ARTIFACTS = (
     "samples.parquet",
     "scores.parquet",
-    "pairs.parquet",
+    f"{SIGNAL}.parquet",
     f"train/{TRAINED_FILE}",
     f"checkpoint/{CHECKPOINT_FILE}",
     "eval.parquet",
 )
 
 
-STAGES = ("generate", "score", "pairs", "train", "export", "eval")
+STAGES = ("generate", "score", SIGNAL, "train", "export", "eval")
 REPORT_DIR = f"{RESULTS}/report"
 TRACKING_RUN = f"{RESULTS}/tracking/run.json"
 
@@ -105,6 +111,11 @@ def job_resources(extra_mem_mb=0, gpu=None):
         "runtime": config["resources"]["runtime"],
         "gpu": job_gpus.model_gpus(config) if gpu is None else gpu,
     }
+
+
+def train_signal_input(wildcards):
+    """What train learns from: pairs.parquet or advantages.parquet, by train.loss."""
+    return f"{iter_dir(wildcards.it)}/{SIGNAL}.parquet"
 
 
 def train_dir(wildcards):

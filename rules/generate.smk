@@ -18,6 +18,7 @@ if config["generate"]["shards"] == 1:
         params:
             cfg=GENERATE_CFG,
             lora_dir=previous_lora_dir,
+            record_sde=RECORD_SDE,
         log:
             f"{RESULTS}/logs/iter_{{it}}/generate.log",
         benchmark:
@@ -42,6 +43,7 @@ else:
         params:
             cfg=GENERATE_CFG,
             lora_dir=previous_lora_dir,
+            record_sde=RECORD_SDE,
             shard=shard_index,
             shards=config["generate"]["shards"],
         log:

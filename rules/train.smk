@@ -1,4 +1,5 @@
-# Training (LoRA, or the full UNet) on the iteration's pairs, from model(it-1). In-stage state lives in train/state/,
+# Training (LoRA, or the full UNet) on the iteration's pairs or advantages (by train.loss), from model(it-1).
+# In-stage state lives in train/state/,
 # which is not an output: Snakemake keeps it when the job dies, and the rerun resumes from it.
 
 
@@ -6,7 +7,7 @@ rule train:
     input:
         model=base_model_input,
         lora=previous_lora_input,
-        pairs=f"{RESULTS}/iter_{{it}}/pairs.parquet",
+        signal=train_signal_input,
         latents=f"{RESULTS}/iter_{{it}}/latents.safetensors",
         offline=offline_pairs_input,
     output:

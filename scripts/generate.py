@@ -15,4 +15,5 @@ with job(snakemake):  # noqa: F821  (snakemake is injected by the script directi
         # rule generate_shard (generate.shards > 1); rule generate has neither param
         shard=int(getattr(snakemake.params, "shard", 0)),
         shards=int(getattr(snakemake.params, "shards", 1)),
+        record_sde=snakemake.params.record_sde,
     )

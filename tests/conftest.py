@@ -32,3 +32,13 @@ def tiny_sdxl_model(tmp_path_factory) -> Path:
     from rewardloop.tiny_sdxl import build_tiny_sdxl
 
     return build_tiny_sdxl(tmp_path_factory.mktemp("models") / "tiny-sdxl", seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_sd3_model(tmp_path_factory) -> Path:
+    """A briefly pretrained tiny SD3-family model (seconds: plumbing and numerics tests only)."""
+    from rewardloop.tiny_sd3 import build_tiny_sd3
+
+    out = tmp_path_factory.mktemp("models") / "tiny-sd3"
+    build_tiny_sd3(out, seed=0, vae_steps=30, unet_steps=40, progress=False)
+    return out

@@ -53,3 +53,37 @@ def test_sharded_rollout_and_scoring_equal_the_unsharded_run(tmp_path, tiny_mode
     assert metrics_a["rollout/reward/raw_mean"] == metrics_b["rollout/reward/raw_mean"]
     generated = json.loads((sharded / "metrics/generate.json").read_text())
     assert (generated["samples"], generated["prompts"], generated["shards"]) == (8, 4, 3)
+
+
+def run_grpo_rollouts(tmp_path, model, family, name, shards):
+    work = tmp_path / name
+    work.mkdir()
+    write_overlay(work, tiny_overlay(
+        model, iterations=1, tracking={"enabled": False}, model={"family": family}, train={"loss": "grpo"},
+        generate={"prompts_per_iteration": 4, "images_per_prompt": 2, "steps": 3, "batch_size": 2,
+                  "shards": shards, "sde": {"noise_level": 0.7, "num_sde_steps": 1}},
+        score={"batch_size": 2},
+    ))
+    snakemake(work, "results/iter_000/latents.safetensors")
+    return work / "results/iter_000"
+
+
+@pytest.mark.workflow
+@pytest.mark.parametrize("family, fixture", [("sd15", "tiny_model"), ("sd3", "tiny_sd3_model")])
+def test_sharded_grpo_rollouts_equal_the_unsharded_run(tmp_path, request, family, fixture):
+    """The SDE step selection is sliced with the rows: trajectories, conditioning and images match."""
+    model = request.getfixturevalue(fixture)
+    whole = run_grpo_rollouts(tmp_path, model, family, "whole", 1)
+    sharded = run_grpo_rollouts(tmp_path, model, family, "sharded", 2)
+    samples_a, samples_b = pq.read_table(whole / "samples.parquet"), pq.read_table(sharded / "samples.parquet")
+    assert samples_a.equals(samples_b)
+    expected = "flow_sde" if family == "sd3" else "ddim_recorded"
+    assert set(samples_a.column("sampler").to_pylist()) == {expected}
+    latents_a, latents_b = load_file(whole / "latents.safetensors"), load_file(sharded / "latents.safetensors")
+    assert latents_a.keys() == latents_b.keys()
+    assert all(latents_a[k].equal(latents_b[k]) for k in latents_a)
+    keys = set(latents_a)
+    assert sum(k.startswith("trajectory/") and k.endswith("/log_probs") for k in keys) == 8  # every sample
+    assert {"empty_prompt/prompt_embeds", "rollout/guidance_scale"} <= keys
+    assert any(k.startswith("prompt_embeds/") for k in keys)
+    assert (family == "sd3") == any(k.startswith("pooled_embeds/") for k in keys)

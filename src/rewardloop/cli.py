@@ -7,16 +7,10 @@ import sys
 
 
 def _build_tiny(args) -> None:
-    if args.family == "sdxl":
-        from rewardloop.tiny_sdxl import build_tiny_sdxl
+    from rewardloop.families import get_family
 
-        build_tiny_sdxl(args.out, seed=args.seed)
-        print(f"tiny random-init SDXL model written to {args.out}")
-        return
-    from rewardloop.tiny_sd15 import build_tiny_sd15
-
-    build_tiny_sd15(args.out, seed=args.seed, vae_steps=args.vae_steps, unet_steps=args.unet_steps,
-                    num_threads=args.threads)
+    get_family(args.family).build_tiny(args.out, seed=args.seed, vae_steps=args.vae_steps,
+                                       unet_steps=args.unet_steps, num_threads=args.threads)
     print(f"tiny model written to {args.out}")
 
 
@@ -31,11 +25,12 @@ def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="rewardloop", description=__doc__)
     commands = top.add_subparsers(dest="command", required=True)
 
-    build = commands.add_parser("build-tiny", help="build and pretrain the embedded tiny SD1.5-family model")
+    build = commands.add_parser("build-tiny", help="build an embedded tiny model (SD1.5, SDXL or SD3 family)")
     build.add_argument("--out", default="resources/models/tiny-sd15", help="output diffusers folder")
     build.add_argument("--seed", type=int, default=0)
-    build.add_argument("--family", choices=["sd15", "sdxl"], default="sd15",
-                       help="sdxl: a tiny random-init SDXL-architecture model (plumbing tests; no pretraining)")
+    build.add_argument("--family", choices=["sd15", "sdxl", "sd3"], default="sd15",
+                       help="sd15 and sd3 are briefly pretrained; sdxl is a tiny random-init SDXL-architecture "
+                            "model (plumbing tests; the pretraining options do not apply)")
     build.add_argument("--vae-steps", type=int, default=1200)
     build.add_argument("--unet-steps", type=int, default=1200)
     build.add_argument("--threads", type=int, default=2, help="torch threads (part of the recipe: same seed and "

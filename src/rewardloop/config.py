@@ -106,6 +106,7 @@ def check_semantics(config: dict) -> None:
     offline = config["data"]["offline_pairs"]
     if offline and not Path(offline).is_file():
         raise ConfigError(f"data.offline_pairs: {offline} is not a file (expected a Pick-a-Pic layout Parquet)")
+    check_loss_family(config)
     clash = sorted(set(config["eval"].get("rewards") or {}) & set(config["rewards"]))
     if clash:
         raise ConfigError(f"eval.rewards: {', '.join(clash)} already in rewards (names must differ)")
@@ -129,6 +130,36 @@ def check_shards(config: dict, prompts_per_iteration: int) -> None:
         try:
             shard_rows(samples, config[stage]["batch_size"], config[stage]["shards"], 0, key=f"{stage}.shards")
         except ShardError as exc:
+            raise ConfigError(str(exc)) from exc
+
+
+def check_loss_family(config: dict) -> None:
+    """Losses per family (families.FAMILIES: sd15 dpo/sft/grpo, sdxl dpo/sft, sd3 grpo/nft); the group
+    losses train a LoRA on online rollouts; GRPO's step strategy must fit."""
+    from rewardloop.advantages import GROUP_LOSSES
+    from rewardloop.families import FAMILIES, get_family
+    from rewardloop.step_strategies import StepStrategyError, select_sde_steps
+
+    loss, family = config["train"]["loss"], config["model"]["family"]
+    if loss not in get_family(family).losses:
+        supported = "; ".join(f"{f.name}: {', '.join(f.losses)}" for f in FAMILIES.values())
+        raise ConfigError(f"train.loss: {loss} is not available for model.family {family} ({supported})")
+    if loss in GROUP_LOSSES:
+        if config["train"].get("adapter", "lora") != "lora":
+            raise ConfigError(f"train.adapter: {loss} trains a LoRA (its reference is the LoRA disabled); "
+                              "set train.adapter: lora")
+        if (config["train"].get("num_processes") or 1) > 1:
+            raise ConfigError(f"train.num_processes: {loss} trains in one process (its micro-batches are not "
+                              "split over ranks); set train.num_processes: null or 1")
+        if config.get("data", {}).get("offline_pairs"):
+            raise ConfigError(f"data.offline_pairs: {loss} trains on online rollouts' advantages, not pairs; "
+                              "set data.offline_pairs: null")
+    if loss == "grpo" and family == "sd15" and config["generate"]["sde"]["noise_level"] > 1:
+        raise ConfigError("generate.sde.noise_level: on sd15 it is DDIM's eta of the recorded steps; must be <= 1")
+    if loss == "grpo":
+        try:
+            select_sde_steps(config["generate"]["sde"], config["generate"]["steps"], [0], 0)
+        except StepStrategyError as exc:
             raise ConfigError(str(exc)) from exc
 
 

@@ -1,9 +1,11 @@
-"""What differs between UNet model families: pipeline class, text conditioning, UNet inputs.
+"""What differs between model families: pipeline class, denoiser, text conditioning, UNet inputs.
 
 A prompt's conditioning is a dict of tensors, cached once per prompt by the generate stage
 (``<key>/<prompt_id>`` in latents.safetensors): SD1.5 has ``prompt_embeds`` [L, D]; SDXL adds
 ``pooled_embeds`` [P] from its second text encoder, and its UNet also takes the added time ids
 (original size, crop top-left, target size), which are a function of the image size here.
+SD3 (rectified flow, an MMDiT ``transformer`` instead of a UNet) has ``prompt_embeds`` and
+``pooled_embeds`` too, and samples through :mod:`rewardloop.flow_sampling`.
 """
 
 from __future__ import annotations
@@ -28,6 +30,25 @@ class Family:
     pipeline: str  # diffusers pipeline class name
     conditioning: tuple[str, ...]  # cached conditioning tensors per prompt
     default_resolution: int
+    losses: tuple[str, ...]  # train.loss values it supports
+    denoiser: str = "unet"  # pipeline attribute of the denoiser (and LoRA key prefix)
+    tiny_builder: str | None = None  # "module:function" building its embedded tiny model
+    tiny_pretrained: bool = True  # False: the tiny model is random-init (plumbing only), built from a seed alone
+
+    @property
+    def flow(self) -> bool:
+        """Rectified flow (Euler / flow SDE sampling) rather than a DDPM-style UNet."""
+        return self.denoiser == "transformer"
+
+    def build_tiny(self, out_dir, seed: int = 0, **pretraining):
+        """Build the embedded tiny model (rule build_tiny_model, ``rewardloop build-tiny``)."""
+        import importlib
+
+        if self.tiny_builder is None:
+            raise FamilyError(f"model.family: {self.name} has no embedded tiny model")
+        module, function = self.tiny_builder.split(":")
+        build = getattr(importlib.import_module(module), function)
+        return build(out_dir, seed=seed, **pretraining) if self.tiny_pretrained else build(out_dir, seed=seed)
 
     def pipeline_class(self):
         import diffusers
@@ -48,6 +69,11 @@ class Family:
             return self._encode(pipe, prompts)
 
     def _encode(self, pipe, prompts: Sequence[str]) -> dict[str, torch.Tensor]:
+        if self.flow:
+            from rewardloop.flow_sampling import encode_prompts
+
+            embeds, pooled = encode_prompts(pipe, prompts)
+            return {"prompt_embeds": embeds, "pooled_embeds": pooled}
         if self.name == "sdxl":
             # diffusers' own SDXL encoding: penultimate states of both encoders, concatenated, and
             # the second encoder's projected pooled output.
@@ -86,8 +112,12 @@ def add_time_ids(pixel_size: int, batch: int, crop_top_left: tuple[int, int] = (
 
 
 FAMILIES = {
-    "sd15": Family("sd15", "StableDiffusionPipeline", ("prompt_embeds",), 512),
-    "sdxl": Family("sdxl", "StableDiffusionXLPipeline", ("prompt_embeds", "pooled_embeds"), 1024),
+    "sd15": Family("sd15", "StableDiffusionPipeline", ("prompt_embeds",), 512, ("dpo", "sft", "grpo"),
+                   tiny_builder="rewardloop.tiny_sd15:build_tiny_sd15"),
+    "sdxl": Family("sdxl", "StableDiffusionXLPipeline", ("prompt_embeds", "pooled_embeds"), 1024, ("dpo", "sft"),
+                   tiny_builder="rewardloop.tiny_sdxl:build_tiny_sdxl", tiny_pretrained=False),
+    "sd3": Family("sd3", "StableDiffusion3Pipeline", ("prompt_embeds", "pooled_embeds"), 1024, ("grpo", "nft"),
+                  denoiser="transformer", tiny_builder="rewardloop.tiny_sd3:build_tiny_sd3"),
 }
 
 

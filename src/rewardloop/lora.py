@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Mapping
 
-from rewardloop.models import LORA_WEIGHTS, ModelError, pipeline_class
+from rewardloop.models import LORA_WEIGHTS, ModelError, denoiser_name, pipeline_class
 
 
 def lora_config(lora_cfg: Mapping):
@@ -44,8 +44,10 @@ def load_lora_into(unet, family: str, lora_dir: str) -> None:
     weights = Path(lora_dir) / LORA_WEIGHTS
     if not weights.is_file():
         raise ModelError(f"{weights}: LoRA weights not found")
-    state, _ = pipeline_class(family).lora_state_dict(str(lora_dir), weight_name=LORA_WEIGHTS)
-    unet_state = {k.removeprefix("unet."): v for k, v in state.items() if k.startswith("unet.")}
+    state = pipeline_class(family).lora_state_dict(str(lora_dir), weight_name=LORA_WEIGHTS)
+    state = state[0] if isinstance(state, tuple) else state  # sd15 adds network alphas, sd3 does not
+    prefix = denoiser_name(family) + "."
+    unet_state = {k.removeprefix(prefix): v for k, v in state.items() if k.startswith(prefix)}
     try:
         result = set_peft_model_state_dict(unet, convert_unet_state_dict_to_peft(unet_state))
     except RuntimeError as exc:  # size mismatch: another rank or another architecture
@@ -69,11 +71,12 @@ def save_lora(unet, family: str, lora_cfg: Mapping, out_dir: str | os.PathLike) 
     layers = convert_state_dict_to_diffusers(get_peft_model_state_dict(unet))
     layers = {k: v.detach().float().cpu().contiguous() for k, v in layers.items()}
     with tempfile.TemporaryDirectory(prefix=".tmp-lora-", dir=out_dir) as tmp:
+        denoiser = denoiser_name(family)
         pipeline_class(family).save_lora_weights(
             tmp,
-            unet_lora_layers=layers,
             weight_name=LORA_WEIGHTS,
-            unet_lora_adapter_metadata=lora_config(lora_cfg).to_dict(),
+            **{f"{denoiser}_lora_layers": layers,
+               f"{denoiser}_lora_adapter_metadata": lora_config(lora_cfg).to_dict()},
         )
         os.replace(Path(tmp) / LORA_WEIGHTS, out_dir / LORA_WEIGHTS)
     return out_dir / LORA_WEIGHTS

@@ -5,6 +5,7 @@ The embedded tiny model and a real SD1.5 checkpoint take the same path through t
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Mapping
@@ -54,6 +55,11 @@ def check_model_reference(model_cfg: Mapping) -> None:
         raise ModelError(f"model.init_lora: {init_lora} has no {LORA_WEIGHTS}")
 
 
+def needs_hf_token(model_cfg: Mapping) -> bool:
+    """SD3/SD3.5 on the hub are gated: downloading them needs HF_TOKEN (passed through, never stored)."""
+    return model_cfg["family"] == "sd3" and not model_cfg.get("build_tiny") and is_hub_id(str(model_cfg["path"]))
+
+
 def model_reference(model_cfg: Mapping, lora_dir: str | None = None) -> str:
     """How artifacts and tracking name a model: the base path, plus the LoRA folder applied to it."""
     return str(model_cfg["path"]) + (f" + {lora_dir}" if lora_dir else "")
@@ -66,6 +72,26 @@ def pipeline_class(family: str):
         return get_family(family).pipeline_class()
     except FamilyError as exc:
         raise ModelError(str(exc)) from exc
+
+
+def absent_components(path: str) -> dict:
+    """{name: None} for components a local folder's model_index.json lists as [null, null].
+
+    diffusers refuses to load such a folder (e.g. an SD3 model without T5) unless they are passed
+    explicitly as None.
+    """
+    index = Path(path) / "model_index.json"
+    if not index.is_file():
+        return {}
+    entries = json.loads(index.read_text())
+    return {k: None for k, v in entries.items() if isinstance(v, list) and v == [None, None]}
+
+
+def denoiser_name(family: str) -> str:
+    """The pipeline attribute (and LoRA key prefix) of the family's denoiser."""
+    from rewardloop.families import get_family
+
+    return get_family(family).denoiser
 
 
 def resolve_device(name: str):
@@ -93,7 +119,9 @@ def load_pipeline(model_cfg: Mapping, lora_dir: str | None = None, device="cpu",
     cls = pipeline_class(model_cfg["family"])
     try:
         pipe = cls.from_pretrained(
-            source, dtype=dtype or torch.float32, **get_family(model_cfg["family"]).load_kwargs()
+            source,
+            dtype=dtype or torch.float32,
+            **{**absent_components(source), **get_family(model_cfg["family"]).load_kwargs()},
         )
     except (OSError, ValueError) as exc:
         raise ModelError(f"model.path: cannot load {source} as {cls.__name__} ({exc})") from exc

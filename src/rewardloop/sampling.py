@@ -118,7 +118,8 @@ def decode_latents(pipe, latents: torch.Tensor, batch_size: int) -> list:
     images = []
     for start in range(0, len(latents), batch_size):
         chunk = latents[start : start + batch_size].to(device=pipe.device, dtype=vae.dtype)
-        pixels = vae.decode(chunk / vae.config.scaling_factor).sample
+        shift = getattr(vae.config, "shift_factor", None) or 0.0  # SD3-style VAEs shift as well as scale
+        pixels = vae.decode(chunk / vae.config.scaling_factor + shift).sample
         pixels = ((pixels.float().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
         for array in pixels.permute(0, 2, 3, 1).cpu().numpy():
             images.append(Image.fromarray(array))

@@ -22,8 +22,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
-import tempfile
 import time
 from pathlib import Path
 
@@ -33,6 +31,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from rewardloop import synthetic, tokenizer as tok
+from rewardloop.artifacts import atomic_dir
 
 IMAGE_SIZE = 32
 # SD1.5's scheduler settings (v1-5 scheduler_config.json).
@@ -189,9 +188,7 @@ def build_tiny_sd15(
     if num_threads:
         torch.set_num_threads(num_threads)
     out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{out_dir.name}.", dir=out_dir.parent))
-    try:
+    with atomic_dir(out_dir) as tmp:
         t0 = time.perf_counter()
         torch.manual_seed(seed)
         rng = np.random.default_rng(seed)
@@ -242,10 +239,4 @@ def build_tiny_sd15(
             "torch_threads": torch.get_num_threads(),
         }
         (tmp / "build_info.json").write_text(json.dumps(stats, indent=2))
-        os.chmod(tmp, 0o755)  # mkdtemp creates it private
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.replace(tmp, out_dir)
-        return stats
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    return stats

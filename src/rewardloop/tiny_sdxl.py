@@ -10,13 +10,12 @@ schedule (the one the workflow samples with).
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 
 from rewardloop import tokenizer as tok
+from rewardloop.artifacts import atomic_dir
 from rewardloop.tiny_sd15 import SD15_SCHEDULER, VAE_CONFIG
 
 TIME_EMBED_DIM = 8
@@ -48,9 +47,7 @@ def build_tiny_sdxl(out_dir: str | os.PathLike, seed: int = 0) -> Path:
     from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
 
     out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{out_dir.name}.", dir=out_dir.parent))
-    try:
+    with atomic_dir(out_dir) as tmp:
         torch.manual_seed(seed)
         tokenizer = tok.build_tokenizer(tmp / "tokenizer")
         ids = dict(vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id,
@@ -66,10 +63,4 @@ def build_tiny_sdxl(out_dir: str | os.PathLike, seed: int = 0) -> Path:
             force_zeros_for_empty_prompt=False,
         )
         pipe.save_pretrained(tmp, safe_serialization=True)
-        os.chmod(tmp, 0o755)
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.replace(tmp, out_dir)
-        return out_dir
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    return out_dir

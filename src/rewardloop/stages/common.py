@@ -34,19 +34,25 @@ def torch_setup(threads: int, device_name: str):
 
 
 def rollout(pipe, prompts: pd.DataFrame, seeds: list[list[int]], settings, batch_size: int, id_prefix: str,
-            progress: bool = True, desc: str = "generate", rows_slice: slice | None = None):
+            progress: bool = True, desc: str = "generate", rows_slice: slice | None = None, sde=None):
     """Sample ``seeds[i]`` images for prompt row i.
 
     Returns (rows with sample_id/prompt_id/prompt/group/seed/image + sampler settings,
-    final latents [N, C, h, w], {"<key>/<prompt_id>": conditioning tensor} with the family's keys,
-    e.g. prompt_embeds and, for SDXL, pooled_embeds; plus the empty prompt's as empty_prompt/<key>).
+    final latents [N, C, h, w], tensors to store: {"<key>/<prompt_id>": conditioning tensor} with the
+    family's keys, e.g. prompt_embeds and, for SDXL and SD3, pooled_embeds; the empty prompt's as
+    empty_prompt/<key>; for recorded rollouts ``trajectory/<sample_id>/<key>`` and rollout/guidance_scale).
     ``rows_slice``: only those samples (a shard; every prompt is still encoded together, so the
     conditioning equals the unsharded run's), with the conditioning of their prompts only.
+    ``sde``: GRPO rollouts, ``(noise level, SDE step indices of each sample)`` for all samples in row
+    order (prompt by prompt, then seed by seed; a shard takes its ``rows_slice``); those steps are
+    stochastic (flow SDE for SD3, DDIM with eta = noise level for SD1.5) and recorded.
     """
     import torch
 
-    from rewardloop.sampling import decode_latents, encode_conditioning, sample_latents
+    from rewardloop.families import family_of_pipeline
+    from rewardloop.sampling import decode_latents, encode_conditioning
 
+    family = family_of_pipeline(pipe)
     cond = {k: v.cpu() for k, v in encode_conditioning(pipe, prompts.prompt.tolist()).items()}
     rows, row_index = [], []
     for i, (prompt_id, prompt) in enumerate(zip(prompts.prompt_id, prompts.prompt)):
@@ -54,21 +60,55 @@ def rollout(pipe, prompts: pd.DataFrame, seeds: list[list[int]], settings, batch
             rows.append({"sample_id": f"{id_prefix}-{prompt_id}-{group:02d}", "prompt_id": prompt_id,
                          "prompt": prompt, "group": group, "seed": seed})
             row_index.append(i)
+    sde_steps = list(sde[1]) if sde else None
     if rows_slice is not None:
         rows, row_index = rows[rows_slice], row_index[rows_slice]
+        sde_steps = sde_steps[rows_slice] if sde else None
     row_cond = {k: v[torch.tensor(row_index, dtype=torch.long)] for k, v in cond.items()}
-    latents = sample_latents(pipe, row_cond, [r["seed"] for r in rows], settings, batch_size,
-                             progress=progress, desc=desc)
+    latents, records = _sample(pipe, family, row_cond, [r["seed"] for r in rows], settings, batch_size,
+                               sde[0] if sde else 0.0, sde_steps, progress, desc)
     images = decode_latents(pipe, latents, batch_size)
     for row, image in zip(rows, images):
         row["image"] = encode_png(image, row["sample_id"] + ".png")
         row.update(settings.as_dict())
+        if family.flow:  # Euler steps, SDE ones where recorded; DDIM's eta does not apply
+            row.update(sampler="flow_sde" if sde else "flow_euler", eta=float(sde[0]) if sde else 0.0)
+        elif sde:  # DDIM, eta = the noise level on the recorded steps
+            row.update(sampler="ddim_recorded", eta=float(sde[0]))
     used = {row["prompt_id"] for row in rows}
-    cached = {f"{k}/{pid}": v[i] for k, v in cond.items() for i, pid in enumerate(prompts.prompt_id) if pid in used}
+    tensors = {f"{k}/{pid}": v[i] for k, v in cond.items() for i, pid in enumerate(prompts.prompt_id) if pid in used}
     # train.proportion_empty_prompts swaps in the empty prompt's conditioning: cache it too.
     empty = encode_conditioning(pipe, [""])
-    cached.update({f"{EMPTY_PROMPT}/{k}": v[0].cpu() for k, v in empty.items()})
-    return pd.DataFrame(rows), latents, cached
+    tensors.update({f"{EMPTY_PROMPT}/{k}": v[0].cpu() for k, v in empty.items()})
+    if sde:
+        _add_records(tensors, rows, records, settings)
+    return pd.DataFrame(rows), latents, tensors
+
+
+def _sample(pipe, family, cond, seeds, settings, batch_size, noise_level, sde_steps, progress, desc):
+    """(final latents, records of the SDE steps or None) by the family's sampler."""
+    if family.flow:
+        from rewardloop.flow_sampling import sample_flow
+
+        return sample_flow(pipe, cond["prompt_embeds"], cond["pooled_embeds"], seeds, settings, batch_size,
+                           sde_steps=sde_steps, noise_level=noise_level, progress=progress, desc=desc)
+    if sde_steps is not None:  # GRPO on SD1.5: DDIM with eta > 0 on the recorded steps (DDPO)
+        from rewardloop.ddim_logprob import sample_ddim_recorded
+
+        return sample_ddim_recorded(pipe, cond["prompt_embeds"], seeds, settings, batch_size, sde_steps,
+                                    eta=noise_level, progress=progress, desc=desc)
+    from rewardloop.sampling import sample_latents
+
+    return sample_latents(pipe, cond, seeds, settings, batch_size, progress=progress, desc=desc), None
+
+
+def _add_records(tensors: dict, rows, records, settings) -> None:
+    """Recorded SDE steps as ``trajectory/<sample_id>/<key>``, plus the guidance scale training re-applies."""
+    import torch
+
+    tensors["rollout/guidance_scale"] = torch.tensor(float(settings.guidance_scale))
+    for row, record in zip(rows, records):
+        tensors.update({f"trajectory/{row['sample_id']}/{key}": value for key, value in (record or {}).items()})
 
 
 def to_arrow(frame: pd.DataFrame) -> pa.Table:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from rewardloop import models, prompts
 from rewardloop.artifacts import provenance, write_table, write_tensors
 from rewardloop.sampling import SamplerSettings, sample_seed
@@ -18,9 +20,22 @@ def sampler_settings(generate_cfg, steps=None, eta=None) -> SamplerSettings:
     )
 
 
+def sde_selection(gen_cfg, seeds: list[list[int]], base_seed: int, iteration: int):
+    """(noise level, SDE steps of each sample in rollout order) from ``generate.sde`` and its step strategy."""
+    from rewardloop.step_strategies import select_sde_steps
+
+    sample_seeds = [s for row in seeds for s in row]
+    iteration_seed = int(np.random.SeedSequence([base_seed, iteration + 1]).generate_state(1)[0])
+    steps = select_sde_steps(gen_cfg["sde"], gen_cfg["steps"], sample_seeds, iteration_seed)
+    return gen_cfg["sde"]["noise_level"], steps
+
+
 def run(cfg, iteration: int, lora_dir, samples_path, latents_path, metrics_path, threads=1, progress=True,
-        shard: int = 0, shards: int = 1):
-    """cfg: seed, model, prompts, generate, device. ``shard`` of ``shards``: only that run of batches."""
+        shard: int = 0, shards: int = 1, record_sde=False):
+    """cfg: seed, model, prompts, generate, device. ``shard`` of ``shards``: only that run of batches.
+
+    ``record_sde``: SDE rollouts for GRPO (recorded steps in latents.safetensors).
+    """
     gen = cfg["generate"]
     metrics = {}
     device = torch_setup(threads, cfg["device"])
@@ -37,12 +52,14 @@ def run(cfg, iteration: int, lora_dir, samples_path, latents_path, metrics_path,
         rows_slice = shard_rows(len(table) * gen["images_per_prompt"], gen["batch_size"], shards, shard,
                                 key="generate.shards")
     with timed(metrics, "perf/rollout_time"):
-        rows, latents, embeds = rollout(pipe, table, seeds, sampler_settings(gen), gen["batch_size"],
-                                        id_prefix=f"i{iteration:03d}", progress=progress, rows_slice=rows_slice)
+        sde = sde_selection(gen, seeds, cfg["seed"], iteration) if record_sde else None
+        rows, latents, tensors = rollout(pipe, table, seeds, sampler_settings(gen), gen["batch_size"],
+                                         id_prefix=f"i{iteration:03d}", progress=progress, rows_slice=rows_slice,
+                                         sde=sde)
     rows.insert(4, "iteration", iteration)
     meta = provenance(cfg, iteration, models.model_reference(cfg["model"], lora_dir))
-    tensors = {f"latents/{sid}": lat for sid, lat in zip(rows.sample_id, latents)}
-    tensors.update(embeds)  # the conditioning of each prompt (and the empty prompt), keyed <key>/<prompt_id>
+    # tensors: each prompt's conditioning (and the empty prompt's), keyed <key>/<prompt_id>; SDE records
+    tensors.update({f"latents/{sid}": lat for sid, lat in zip(rows.sample_id, latents)})
     write_tensors(tensors, latents_path, meta=meta)
     write_table(to_arrow(rows), samples_path, meta=meta)
     metrics.update({"iteration": iteration, "samples": len(rows), "prompts": int(rows.prompt_id.nunique())})

@@ -1,5 +1,7 @@
 """train: one iteration of DPO/SFT on the iteration's pairs, starting from model(it-1).
 
+The group losses (GRPO, NFT) train on the advantages instead: see :mod:`rewardloop.stages.train_group`.
+
 ``train.adapter: lora`` continues model(it-1)'s LoRA; ``none`` fine-tunes every UNet weight of
 model(it-1) (a full diffusers folder, or the base plus ``model.init_lora`` fused at iteration 0).
 Offline pairs (``data.offline_pairs``, encoded once by rule encode_offline_pairs) are mixed in.
@@ -11,6 +13,7 @@ import hashlib
 from pathlib import Path
 
 from rewardloop import models
+from rewardloop.advantages import GROUP_LOSSES
 from rewardloop.artifacts import config_hash
 from rewardloop.lora import load_lora_into, save_lora
 from rewardloop.stages.common import timed, torch_setup, write_metrics
@@ -51,8 +54,17 @@ def _load_models(cfg, init_dir, device):
 
 def run(cfg, iteration: int, pairs_path, latents_path, init_lora_dir, out_dir, state_dir, metrics_path,
         threads=1, progress=True, offline_pairs_path=None, offline_latents_path=None):
-    """cfg: seed, model, train, data, device. ``init_lora_dir``: model(it-1)'s folder or None (the base)."""
+    """cfg: seed, model, train, data, device. ``init_lora_dir``: model(it-1)'s folder or None (the base).
+
+    ``pairs_path``: pairs.parquet, or advantages.parquet for the group losses (grpo, nft).
+    """
     from diffusers import DDPMScheduler
+
+    if cfg["train"]["loss"] in GROUP_LOSSES:
+        from rewardloop.stages import train_group
+
+        return train_group.run(cfg, iteration, pairs_path, latents_path, init_lora_dir, out_dir, state_dir,
+                               metrics_path, threads=threads, progress=progress)
 
     train_cfg = cfg["train"]
     family = cfg["model"]["family"]

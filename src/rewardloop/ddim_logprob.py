@@ -1,0 +1,92 @@
+"""DDIM with eta > 0 as a Gaussian policy (DDPO-style), so the SD1.5 family can train with GRPO.
+
+A DDIM step from timestep t to t_prev with eta > 0 samples
+    x_prev ~ N(mean, std^2),  mean = sqrt(a_prev) x0_hat + sqrt(1 - a_prev - std^2) eps,
+    x0_hat = (x - sqrt(1 - a_t) eps) / sqrt(a_t),  std = eta sqrt((1 - a_prev)/(1 - a_t) (1 - a_t/a_prev))
+(a = alphas_cumprod), as in diffusers' DDIMScheduler.step and ddpo-pytorch's ddim_step_with_logprob;
+its log-probability is averaged over the latent dimensions like the flow SDE's. The step strategy
+picks the stochastic (recorded) steps; the others are deterministic DDIM (eta 0) steps.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+from tqdm.auto import tqdm
+
+from rewardloop.sde import gaussian_log_prob, per_sample
+from rewardloop.trajectory import StepRecorder
+
+def step_alphas(scheduler, t: int, steps: int) -> tuple[float, float]:
+    """(alpha_prod at t, alpha_prod at the previous timestep) of a DDIM schedule of ``steps`` steps."""
+    prev_t = t - scheduler.config.num_train_timesteps // steps
+    a_t = float(scheduler.alphas_cumprod[t])
+    a_prev = float(scheduler.alphas_cumprod[prev_t]) if prev_t >= 0 else float(scheduler.final_alpha_cumprod)
+    return a_t, a_prev
+
+
+def ddim_std(a_t: float, a_prev: float, eta: float) -> float:
+    return eta * math.sqrt((1 - a_prev) / (1 - a_t) * (1 - a_t / a_prev))
+
+
+def ddim_mean(eps: torch.Tensor, sample: torch.Tensor, a_t, a_prev, std) -> torch.Tensor:
+    """Mean of the DDIM transition (fp32); ``a_t``, ``a_prev``, ``std`` are scalars or [B]."""
+    eps, sample = eps.float(), sample.float()
+    a_t, a_prev, std = (per_sample(v, sample) for v in (a_t, a_prev, std))
+    x0 = (sample - torch.sqrt(1 - a_t) * eps) / torch.sqrt(a_t)
+    return torch.sqrt(a_prev) * x0 + torch.sqrt((1 - a_prev - std**2).clamp(min=0)) * eps
+
+
+def guided_eps(unet, latents, timesteps, embeds, uncond, guidance_scale: float) -> torch.Tensor:
+    """(Classifier-free guided) noise prediction at ``latents``; ``timesteps`` a scalar or [B]; fp32."""
+    t = torch.as_tensor(timesteps, device=latents.device).reshape(-1).expand(len(latents))
+    dtype = unet.dtype
+    if uncond is not None and guidance_scale > 1.0:
+        out = unet(torch.cat([latents, latents]).to(dtype), torch.cat([t, t]),
+                   encoder_hidden_states=torch.cat([uncond, embeds]).to(dtype)).sample.float()
+        e_uncond, e_text = out.chunk(2)
+        return e_uncond + guidance_scale * (e_text - e_uncond)
+    return unet(latents.to(dtype), t, encoder_hidden_states=embeds.to(dtype)).sample.float()
+
+
+@torch.no_grad()
+def sample_ddim_recorded(pipe, embeds: torch.Tensor, seeds: Sequence[int], settings, batch_size: int,
+                         sde_steps: Sequence[Sequence[int]], eta: float, progress: bool = True,
+                         desc: str = "generate"):
+    """DDIM rollouts whose ``sde_steps[i]`` are eta > 0 steps, recorded; returns (latents, records)."""
+    from rewardloop.sampling import encode_prompts, initial_noise, latent_shape
+
+    unet, scheduler, device = pipe.unet, pipe.scheduler, pipe.device
+    scheduler.set_timesteps(settings.steps, device="cpu")
+    timesteps = [int(t) for t in scheduler.timesteps]
+    shape = latent_shape(pipe, settings.resolution)
+    use_cfg = settings.guidance_scale > 1.0
+    uncond = encode_prompts(pipe, [""]) if use_cfg else None
+    outputs, records = [], []
+    for start in tqdm(range(0, len(seeds), batch_size), desc=desc, unit="batch", disable=not progress):
+        batch_seeds = list(seeds[start: start + batch_size])
+        n = len(batch_seeds)
+        cond = embeds[start: start + n].to(device)
+        batch_uncond = uncond.expand(n, -1, -1) if use_cfg else None
+        latents = initial_noise(batch_seeds, shape, device, torch.float32)
+        generators = [torch.Generator().manual_seed(s + 1) for s in batch_seeds]
+        batch_steps = [list(s) for s in sde_steps[start: start + n]]
+        recorder = StepRecorder(n)
+        for j, t in enumerate(timesteps):
+            a_t, a_prev = step_alphas(scheduler, t, settings.steps)
+            is_sde = [j in steps for steps in batch_steps]
+            std = torch.tensor([ddim_std(a_t, a_prev, eta) if flag else 0.0 for flag in is_sde])
+            noise = torch.stack([torch.randn(shape, generator=g) for g in generators]).to(device)
+            eps = guided_eps(unet, latents, t, cond, batch_uncond, settings.guidance_scale)
+            mean = ddim_mean(eps, latents, a_t, a_prev, std.to(device))
+            next_latents = mean + per_sample(std.to(device), mean) * noise
+            if any(is_sde):
+                log_probs = gaussian_log_prob(next_latents, mean, torch.where(std > 0, std, torch.ones_like(std)))
+                recorder.add(is_sde, latents=latents, next_latents=next_latents, timesteps=float(t), alphas=a_t,
+                             alphas_prev=a_prev, std=std, log_probs=log_probs)
+            latents = next_latents
+        outputs.append(latents.float().cpu())
+        records += recorder.stacked()
+    return torch.cat(outputs), records

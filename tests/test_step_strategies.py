@@ -1,0 +1,40 @@
+"""Step strategies pick valid SDE steps, as pure functions of their seeds."""
+
+from __future__ import annotations
+
+import pytest
+
+from rewardloop.step_strategies import StepStrategyError, select_sde_steps
+
+SEEDS = list(range(100, 140))
+
+
+def test_sde_window_is_a_seeded_contiguous_window_inside_its_range():
+    cfg = {"strategy": "sde_window", "num_sde_steps": 3, "window_range": [2, 9]}
+    steps = select_sde_steps(cfg, 10, SEEDS, iteration_seed=0)
+    assert steps == select_sde_steps(cfg, 10, SEEDS, iteration_seed=5)  # per sample, not per iteration
+    for window in steps:
+        assert window == list(range(window[0], window[0] + 3)) and 2 <= window[0] and window[-1] < 9
+    assert len({w[0] for w in steps}) > 1  # samples get different windows
+    assert select_sde_steps({**cfg, "window_range": None, "num_sde_steps": 10}, 10, SEEDS[:2], 0) == [
+        list(range(10))] * 2
+
+
+def test_epoch_global_random_choice_is_shared_and_seeded_per_iteration():
+    cfg = {"strategy": "epoch_global_random_choice", "num_sde_steps": 2, "candidate_steps": [1, 3, 5, 7]}
+    steps = select_sde_steps(cfg, 10, SEEDS, iteration_seed=1)
+    assert all(s == steps[0] for s in steps) and set(steps[0]) <= {1, 3, 5, 7} and len(set(steps[0])) == 2
+    assert steps == select_sde_steps(cfg, 10, SEEDS, iteration_seed=1)
+    draws = {tuple(select_sde_steps(cfg, 10, SEEDS[:1], iteration_seed=i)[0]) for i in range(20)}
+    assert len(draws) > 1
+
+
+@pytest.mark.parametrize("cfg, match", [
+    ({"strategy": "sde_window", "num_sde_steps": 4, "window_range": [0, 3]}, "num_sde_steps"),
+    ({"strategy": "sde_window", "num_sde_steps": 1, "window_range": [5, 12]}, "window_range"),
+    ({"strategy": "epoch_global_random_choice", "num_sde_steps": 1, "candidate_steps": [10]}, "candidate_steps"),
+    ({"strategy": "nope", "num_sde_steps": 1}, "unknown"),
+])
+def test_invalid_selections_name_the_key(cfg, match):
+    with pytest.raises(StepStrategyError, match=match):
+        select_sde_steps(cfg, 10, SEEDS, 0)
