@@ -6,6 +6,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from model_helpers import outputs_before_and_after_lora
 from workflow_helpers import snakemake, tiny_overlay, write_overlay
 
 from test_full_and_offline import write_pickapic
@@ -22,13 +23,9 @@ def test_sdxl_one_iteration_and_its_lora_loads_in_plain_diffusers(tmp_path, tiny
     snakemake(tmp_path, "results/iter_000/eval.parquet")  # train, export, then sample with the LoRA fused
     cache = load_file(tmp_path / "results/iter_000/latents.safetensors")
     assert any(k.startswith("pooled_embeds/") for k in cache) and "empty_prompt/pooled_embeds" in cache
-    pipe = StableDiffusionXLPipeline.from_pretrained(tiny_sdxl_model)
-    pipe.set_progress_bar_config(disable=True)
-    kwargs = dict(prompt="a red circle on a blue background", num_inference_steps=2, height=32, width=32,
-                  output_type="latent")
-    before = pipe(generator=torch.Generator().manual_seed(0), **kwargs).images
-    pipe.load_lora_weights(str(tmp_path / "results/iter_000/checkpoint"))
-    after = pipe(generator=torch.Generator().manual_seed(0), **kwargs).images
+    before, after = outputs_before_and_after_lora(StableDiffusionXLPipeline.from_pretrained(tiny_sdxl_model),
+                                                  tmp_path / "results/iter_000/checkpoint",
+                                                  num_inference_steps=2, output_type="latent")
     assert after.shape == before.shape and (after - before).abs().max() > 0
 
 

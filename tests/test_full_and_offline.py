@@ -14,6 +14,8 @@ from rewardloop import config as cfgmod
 from rewardloop import models, offline_pairs, synthetic
 from rewardloop.training import PairData, PreferenceTrainer, concat_pairs, load_pair_data
 
+from model_helpers import probe
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -41,14 +43,6 @@ def write_pickapic(path: Path, n: int = 6, size: int = 48) -> pd.DataFrame:
                           "label_0": labels, "label_1": [1 - x for x in labels]})
     frame.to_parquet(path)
     return frame
-
-
-def probe(unet, seed=0):
-    gen = torch.Generator().manual_seed(seed)
-    x = torch.randn(2, unet.config.in_channels, 8, 8, generator=gen)
-    context = torch.randn(2, 8, unet.config.cross_attention_dim, generator=gen)
-    with torch.no_grad():
-        return unet(x, torch.tensor([500, 100]), encoder_hidden_states=context).sample
 
 
 def synthetic_pairs(n=6, seed=0) -> PairData:

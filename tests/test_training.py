@@ -14,6 +14,8 @@ from rewardloop import models
 from rewardloop.stages import generate, pairs, score
 from rewardloop.training import PreferenceTrainer, load_pair_data
 
+from model_helpers import probe
+
 
 @pytest.fixture(scope="module")
 def run_cfg(tiny_model, repo_root):
@@ -54,14 +56,6 @@ def make_trainer(run_cfg, train_overrides=None):
     train_cfg.update(train_overrides or {})
     scheduler = DDPMScheduler.from_config(pipe.scheduler.config)
     return PreferenceTrainer(train_cfg, pipe.unet, None, scheduler, seed=0, iteration=0)
-
-
-def probe(unet, seed=0):
-    gen = torch.Generator().manual_seed(seed)
-    x = torch.randn(2, unet.config.in_channels, 8, 8, generator=gen)
-    context = torch.randn(2, 8, unet.config.cross_attention_dim, generator=gen)
-    with torch.no_grad():
-        return unet(x, torch.tensor([500, 100]), encoder_hidden_states=context).sample
 
 
 def test_dpo_loss_falls_accuracy_rises_reference_unchanged(run_cfg, pair_files, tmp_path):

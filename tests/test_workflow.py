@@ -14,6 +14,7 @@ import yaml
 
 from rewardloop.artifacts import IMAGE_TYPE, read_provenance
 
+from model_helpers import outputs_before_and_after_lora
 from workflow_helpers import SNAKEMAKE, snakemake, tiny_overlay, write_overlay
 
 pytestmark = pytest.mark.workflow
@@ -60,16 +61,11 @@ def test_rollouts_differ_between_iterations(workdir):
 
 
 def test_exported_lora_loads_into_plain_diffusers(workdir, tiny_model):
-    import torch
     from diffusers import StableDiffusionPipeline
 
     pipe = StableDiffusionPipeline.from_pretrained(tiny_model, safety_checker=None, requires_safety_checker=False)
-    pipe.set_progress_bar_config(disable=True)
-    kwargs = dict(prompt="a red circle on a blue background", num_inference_steps=3, height=32, width=32,
-                  output_type="np")
-    before = pipe(generator=torch.Generator().manual_seed(0), **kwargs).images
-    pipe.load_lora_weights(str(workdir / "results/iter_001/checkpoint"))
-    after = pipe(generator=torch.Generator().manual_seed(0), **kwargs).images
+    before, after = outputs_before_and_after_lora(pipe, workdir / "results/iter_001/checkpoint",
+                                                  num_inference_steps=3, output_type="np")
     assert after.shape == before.shape and abs(after - before).max() > 0
 
 
