@@ -90,3 +90,25 @@ def test_atomic_dir_keeps_the_finished_folder_when_the_block_fails(tmp_path):
             raise RuntimeError("killed mid-write")
     assert [p.name for p in (tmp_path / "folder").iterdir()] == ["good.txt"]
     assert len(list(tmp_path.iterdir())) == 1
+
+
+def test_safetensors_bytes_do_not_depend_on_the_process(tmp_path):
+    """safetensors orders its metadata by a per-process random hash: the same tensors written by
+    three processes must still have one sha256 (a resumed run is compared with an uninterrupted one)."""
+    import hashlib
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, torch\n"
+        "from rewardloop.artifacts import write_tensors\n"
+        "meta = {k: k * 3 for k in ('model', 'iteration', 'config_hash', 'version', 'seed', 'stage')}\n"
+        "write_tensors({'b': torch.arange(6.0), 'a': torch.ones(2, 2)}, sys.argv[1], meta=meta)\n"
+    )
+    digests = set()
+    for run in range(3):
+        path = tmp_path / f"run{run}.safetensors"
+        subprocess.run([sys.executable, "-c", script, str(path)], check=True)
+        digests.add(hashlib.sha256(path.read_bytes()).hexdigest())
+        assert torch.equal(read_tensors(path)["a"], torch.ones(2, 2))
+    assert len(digests) == 1

@@ -141,6 +141,25 @@ def write_tensors(tensors: Mapping, path: str | os.PathLike, meta: Mapping | Non
     metadata = {k: json.dumps(v, default=str) for k, v in (meta or {}).items()}
     with atomic_path(path) as tmp:
         save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp), metadata=metadata)
+        sort_safetensors_header(tmp)
+
+
+def sort_safetensors_header(path: str | os.PathLike) -> None:
+    """Rewrite a safetensors file's JSON header with sorted keys, in place.
+
+    safetensors keeps the metadata in a hash map whose order changes from process to process, so
+    the same tensors and metadata would give different bytes (and sha256) in two runs. Reordering
+    keys keeps the header's length (compact JSON, same content), and the tensor offsets are
+    relative to the end of the header, so only the header bytes change.
+    """
+    with open(path, "r+b") as fh:
+        size = int.from_bytes(fh.read(8), "little")
+        header = json.loads(fh.read(size))
+        blob = json.dumps(header, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+        if len(blob) > size:  # not the compact form safetensors writes: leave the file as it is
+            return
+        fh.seek(8)
+        fh.write(blob + b" " * (size - len(blob)))  # safetensors pads its header with spaces
 
 
 def read_tensors(path: str | os.PathLike, numpy: bool = False) -> dict:

@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Mapping
 
+from rewardloop.artifacts import sort_safetensors_header
 from rewardloop.models import LORA_WEIGHTS, ModelError, denoiser_name, pipeline_class
 
 
@@ -70,13 +71,17 @@ def save_lora(unet, family: str, lora_cfg: Mapping, out_dir: str | os.PathLike) 
     out_dir.mkdir(parents=True, exist_ok=True)
     layers = convert_state_dict_to_diffusers(get_peft_model_state_dict(unet))
     layers = {k: v.detach().float().cpu().contiguous() for k, v in layers.items()}
+    adapter_metadata = lora_config(lora_cfg).to_dict()
+    # peft keeps the targets as a set, whose order changes with Python's hash seed: sorted, two
+    # runs write the same bytes.
+    adapter_metadata["target_modules"] = sorted(adapter_metadata["target_modules"])
     with tempfile.TemporaryDirectory(prefix=".tmp-lora-", dir=out_dir) as tmp:
         denoiser = denoiser_name(family)
         pipeline_class(family).save_lora_weights(
             tmp,
             weight_name=LORA_WEIGHTS,
-            **{f"{denoiser}_lora_layers": layers,
-               f"{denoiser}_lora_adapter_metadata": lora_config(lora_cfg).to_dict()},
+            **{f"{denoiser}_lora_layers": layers, f"{denoiser}_lora_adapter_metadata": adapter_metadata},
         )
+        sort_safetensors_header(Path(tmp) / LORA_WEIGHTS)
         os.replace(Path(tmp) / LORA_WEIGHTS, out_dir / LORA_WEIGHTS)
     return out_dir / LORA_WEIGHTS
