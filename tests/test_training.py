@@ -146,3 +146,20 @@ def test_same_seed_gives_the_same_initial_adapter(run_cfg):
     other = PreferenceTrainer(first.cfg, models.load_pipeline(run_cfg["model"]).unet, None,
                               first.noise_scheduler, seed=1, iteration=0)
     assert any(not torch.equal(a, b) for (_, a), (_, b) in zip(first.named_trainable(), other.named_trainable()))
+
+
+def test_a_diverging_run_stops_naming_iteration_and_step_and_keeps_the_last_good_state(run_cfg, pair_files, tmp_path):
+    """lr 1e30: the first Adam update makes the weights ~1e30 (finite), the next forward overflows.
+    Training must stop there with an error naming the iteration and step, never save a broken state."""
+    from rewardloop.train_state import STATE_FILE
+    from rewardloop.training import TrainingError
+
+    data = load_pair_data(pair_files / "pairs.parquet", pair_files / "latents.safetensors")
+    trainer = make_trainer(run_cfg, {"steps": 6, "checkpointing_steps": 1, "learning_rate": 1e30,
+                                     "max_grad_norm": 1e38})
+    state = tmp_path / "state" / STATE_FILE
+    with pytest.raises(TrainingError, match=r"iteration 0, step [1-5]: .*(loss is (nan|inf)|NaN or inf)") as error:
+        trainer.run(data, tmp_path / "state", "fp", progress=False)
+    assert "last good state" in str(error.value)
+    saved = load_file(state)
+    assert all(torch.isfinite(t).all() for t in saved.values())  # the state on disk is never a broken one

@@ -30,7 +30,7 @@ from rewardloop.artifacts import read_table, read_tensors
 from rewardloop.families import get_family
 from rewardloop.flow_sampling import Conditioning, guided_velocity
 from rewardloop.sde import gaussian_log_prob, step_mean, transition_log_prob
-from rewardloop.train_state import load_state, save_state
+from rewardloop.train_state import load_state
 from rewardloop.training import PreferenceTrainer, TrainingError
 
 
@@ -229,8 +229,8 @@ class GRPOTrainer(PreferenceTrainer):
             history.append(logs)
             done = step + 1
             if done % self.cfg["checkpointing_steps"] == 0 and done < len(self.updates):
-                save_state(state_dir, done, fingerprint, self.named_trainable(), self.optimizer, self.lr_scheduler,
-                           history)
+                self.checkpoint(state_dir, done, fingerprint, history)
+        self.require_finite_weights(len(self.updates), state_dir)
         transformer.eval()
         return history, start
 

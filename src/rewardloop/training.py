@@ -169,6 +169,20 @@ class PreferenceTrainer:
     def named_trainable(self):
         return [(n, p) for n, p in self.unet.named_parameters() if p.requires_grad]
 
+    def checkpoint(self, state_dir, done: int, fingerprint: str, history: list) -> None:
+        """Save the in-stage state after ``done`` steps; a state with broken weights is never saved."""
+        self.require_finite_weights(done, state_dir)
+        save_state(state_dir, done, fingerprint, self.named_trainable(), self.optimizer, self.lr_scheduler, history)
+
+    def require_finite_weights(self, done: int, state_dir) -> None:
+        """Stop when an update made a trained weight NaN or inf (the loss may still look finite)."""
+        broken = [name for name, p in self.named_trainable() if not torch.isfinite(p).all()]
+        if broken:
+            raise TrainingError(
+                f"iteration {self.iteration}, step {done - 1}: {len(broken)} trained tensor(s) became NaN or "
+                f"inf (first: {broken[0]}); the last good state in {state_dir} is kept and no model is saved"
+            )
+
     def _denoising_losses(self, unet, latents, noise, timesteps, cond) -> torch.Tensor:
         noisy = self.noise_scheduler.add_noise(latents, noise, timesteps)
         if self.noise_scheduler.config.prediction_type == "v_prediction":
@@ -295,11 +309,9 @@ class PreferenceTrainer:
             done = step + 1
             if done % self.cfg["checkpointing_steps"] == 0 and done < self.cfg["steps"]:
                 if self.accelerator.is_main_process:  # every rank holds the same weights
-                    save_state(
-                        state_dir, done, fingerprint, self.named_trainable(), self.optimizer, self.lr_scheduler,
-                        history,
-                    )
+                    self.checkpoint(state_dir, done, fingerprint, history)
                 self.accelerator.wait_for_everyone()
+        self.require_finite_weights(self.cfg["steps"], state_dir)
         unet.eval()
         return history, start
 
