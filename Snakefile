@@ -3,6 +3,7 @@
 # Usage: snakemake --cores 2 [--configfile configs/<recipe>.yaml] [--config iterations=5]
 
 from rewardloop import runlock
+from rewardloop.artifacts import remove_stale_temps
 from rewardloop.config import validate as validate_config
 from rewardloop.models import needs_hf_token
 
@@ -26,9 +27,14 @@ if needs_hf_token(config["model"]):
 
 
 # One run per results folder, taken when jobs are about to run (not for -n or --lint) and
-# released by the kernel however this process ends (see src/rewardloop/runlock.py).
+# released by the kernel however this process ends (see src/rewardloop/runlock.py). Holding it,
+# before any job starts, remove the temp files that killed jobs left (artifacts are renamed into
+# place when complete, so a temp is never mistaken for a result; this frees the space).
 onstart:
     runlock.acquire("results")
+    stale = remove_stale_temps("results")
+    if stale:
+        print(f"rewardloop: removed {stale} temp file(s) left by killed jobs under results/")
 
 
 include: "rules/common.smk"

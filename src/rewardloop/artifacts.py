@@ -8,6 +8,7 @@ schema metadata under the key ``rewardloop`` (a JSON object).
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -51,6 +52,36 @@ def default_mode(directory: bool = False) -> int:
     return (0o777 if directory else 0o666) & ~umask
 
 
+class OutOfSpaceError(ArtifactError):
+    """An artifact could not be written: the disk is full, or a file size limit or quota was hit."""
+
+
+_OUT_OF_SPACE = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+
+
+def _out_of_space(exc: BaseException) -> bool:
+    """True for a full disk, ``ulimit -f`` or a quota, also when a library wrapped the OSError
+    (pyarrow and safetensors report it in their own exception types, with the errno text)."""
+    if isinstance(exc, OSError) and exc.errno in _OUT_OF_SPACE:
+        return True
+    return any(os.strerror(code) in str(exc) for code in _OUT_OF_SPACE)
+
+
+@contextlib.contextmanager
+def _writing(path: Path) -> Iterator[None]:
+    """Re-raise an out-of-space failure while writing ``path`` as one clear OutOfSpaceError."""
+    try:
+        yield
+    except Exception as exc:
+        if not _out_of_space(exc):
+            raise
+        reason = next((os.strerror(c) for c in _OUT_OF_SPACE if os.strerror(c) in str(exc)), str(exc))
+        raise OutOfSpaceError(
+            f"{path}: could not be written ({reason}): the disk is full, or a file size limit "
+            "(ulimit -f) or quota was reached; nothing was replaced and earlier artifacts are intact"
+        ) from exc
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; rename it onto ``path`` only if the block succeeds."""
@@ -60,9 +91,10 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     os.close(fd)
     tmp = Path(tmp)
     try:
-        yield tmp
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
+        with _writing(path):
+            yield tmp
+            with open(tmp, "rb") as fh:
+                os.fsync(fh.fileno())
         os.chmod(tmp, default_mode())  # mkstemp makes it owner-only; artifacts are for the whole group
         os.replace(tmp, path)
     finally:
@@ -76,13 +108,31 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX + path.name + ".", dir=path.parent))
     try:
-        yield tmp
+        with _writing(path):
+            yield tmp
         os.chmod(tmp, default_mode(directory=True))  # mkdtemp makes it owner-only
         if path.exists():
             shutil.rmtree(path)
         os.replace(tmp, path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def remove_stale_temps(folder: str | os.PathLike) -> int:
+    """Delete the temporary files and folders that killed jobs left under ``folder``; their count.
+
+    Call it only while no job can be writing there (the run lock is held and no job has started):
+    a temp name belongs to a write in progress or to a write that will never finish. Readers never
+    see temps anyway (they open final names only); this just gives the space back.
+    """
+    removed = 0
+    for temp in sorted(Path(folder).rglob(TEMP_PREFIX + "*"), reverse=True):  # children before parents
+        if temp.is_dir() and not temp.is_symlink():
+            shutil.rmtree(temp, ignore_errors=True)
+        else:
+            temp.unlink(missing_ok=True)
+        removed += 1
+    return removed
 
 
 def write_table(table: pa.Table, path: str | os.PathLike, meta: Mapping | None = None) -> None:
