@@ -1,0 +1,302 @@
+"""Kill -9 harness: SIGKILL the workflow at seeded random moments in every stage, rerun, compare.
+
+One uninterrupted reference run first. Then each trial starts the same run in a fresh folder and,
+for each of its kills, starts the same command, waits until a job of the chosen stage starts, waits
+a seeded random fraction of that job's duration in the reference run, and sends SIGKILL to the
+whole process group (snakemake and its jobs, as a pre-empted or OOM-killed node would). After its
+kills the trial reruns the same command until it completes (no --unlock, no cleanup) and compares
+with the reference: the final LoRA's sha256, the final eval table, and every iteration's LoRA.
+Kills cycle through the stages (generate, score, pairs, train, export, eval, tracking) and a train
+that has saved an in-stage checkpoint, so 20 kills aim at each about 2-3 times (a kill also stops
+whatever runs beside its target, e.g. eval beside the loop). Trains resumed from their in-stage checkpoint are listed with the
+step they resumed from.
+
+Usage: python bench/kill_harness.py [--kills 20] [--kills-per-trial 1] [--seed 0] [--model DIR]
+                                    [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from rewardloop.artifacts import benchmark_seconds
+from rewardloop.config import deep_merge
+from rewardloop.models import LORA_WEIGHTS
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
+
+# The stages a kill aims at, and the rules that make them.
+STAGES = {
+    "generate": ("generate",),
+    "score": ("score",),
+    "pairs": ("pairs", "advantages"),
+    "train": ("train",),
+    "export": ("export",),
+    "eval": ("eval", "eval_base"),
+    "tracking": ("tracking_run", "track_iteration", "track_base"),
+}
+# Kill targets: a job of each stage from its start (process start, imports, model load included),
+# and a train that has saved an in-stage checkpoint (mid-epoch: the rerun must resume from it).
+MID_TRAIN = "train mid-epoch"
+TARGETS = ("generate", "score", "pairs", "train", MID_TRAIN, "export", "eval", "tracking")
+JOB_START = re.compile(r"^(?:local)?rule (\w+):$")
+JOB_END = re.compile(r"^Finished jobid: \d+ \(Rule: (\w+)\)$")
+
+
+def run_overlay(model_dir: Path, **sections) -> dict:
+    """A 2-iteration tiny run with MLflow tracking (sqlite in results/) and a train long enough
+    (60 steps, state saved every 10; a few seconds) that a kill can land between two checkpoints."""
+    base = {
+        "iterations": 2,
+        "model": {"path": str(model_dir), "build_tiny": False},
+        "prompts": {"train": str(ROOT / "resources/prompts/train.txt"),
+                    "eval": str(ROOT / "resources/prompts/eval.txt")},
+        "generate": {"prompts_per_iteration": 6, "images_per_prompt": 3, "steps": 4, "batch_size": 32},
+        "train": {"steps": 60, "batch_size": 4, "checkpointing_steps": 10},
+        "eval": {"seeds": [0], "steps": 4},
+        "tracking": {"enabled": True},
+        "resources": {"threads": 1},
+    }
+    return deep_merge(base, sections)
+
+
+def command(workdir: Path, cores: int = 2) -> list[str]:
+    return [SNAKEMAKE, "-s", str(ROOT / "Snakefile"), "--directory", str(workdir),
+            "--configfile", str(workdir / "run.yaml"), "--cores", str(cores)]
+
+
+def job_env() -> dict:
+    # One thread per job whatever the machine: the result must not depend on the thread count.
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
+            "MLFLOW_TRACKING_URI": "", "PYTHONUNBUFFERED": "1"}
+
+
+def prepare(workdir: Path, overlay: dict) -> Path:
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "run.yaml").write_text(yaml.safe_dump(overlay))
+    return workdir
+
+
+def run_to_completion(workdir: Path, max_attempts: int = 3) -> int:
+    """Rerun the same command until it exits 0; returns the number of attempts."""
+    for attempt in range(1, max_attempts + 1):
+        done = subprocess.run(command(workdir), capture_output=True, text=True, env=job_env())
+        (workdir / f"rerun_{attempt}.log").write_text(done.stdout + done.stderr)
+        if done.returncode == 0:
+            return attempt
+    raise RuntimeError(f"{workdir}: the rerun did not complete in {max_attempts} attempts; "
+                       f"see {workdir}/rerun_{max_attempts}.log")
+
+
+@dataclass
+class Kill:
+    stage: str
+    delay: float
+    fired: bool = False
+    running: list[str] = field(default_factory=list)  # the jobs running at the kill
+    train_state_step: int | None = None  # the in-stage checkpoint's step on disk after the kill
+
+    def stages_hit(self) -> set[str]:
+        """The stages whose jobs the kill interrupted."""
+        hit = {s for s, rules in STAGES.items() if set(rules) & set(self.running)}
+        if self.stage == MID_TRAIN and "train" in hit and self.train_state_step:
+            hit.add(MID_TRAIN)
+        return hit
+
+
+def killed_run(workdir: Path, kill: Kill, timeout: float = 600) -> Kill:
+    """Start the command; SIGKILL its process group ``kill.delay`` s after a job of ``kill.stage``
+    starts. When the run ends before that (the stage is already done), the kill does not fire."""
+    rules = STAGES.get(kill.stage, ())
+    proc = subprocess.Popen(command(workdir), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=job_env(), start_new_session=True)
+    running: list[str] = []
+    started = threading.Event()
+
+    def follow() -> None:
+        for line in proc.stdout:
+            if m := JOB_START.match(line.strip()):
+                running.append(m.group(1))
+                if m.group(1) in rules:
+                    started.set()
+            elif m := JOB_END.match(line.strip()):
+                if m.group(1) in running:
+                    running.remove(m.group(1))
+
+    reader = threading.Thread(target=follow, daemon=True)
+    reader.start()
+    deadline = time.monotonic() + timeout
+    while not started.is_set() and proc.poll() is None and time.monotonic() < deadline:
+        started.wait(0.05)
+        if kill.stage == MID_TRAIN and saved_train_step(workdir):
+            started.set()
+    if started.is_set():
+        end = time.monotonic() + kill.delay
+        while proc.poll() is None and time.monotonic() < end:
+            time.sleep(0.01)
+        if proc.poll() is None:
+            kill.running = list(running)
+            kill.fired = kill_group(proc)
+    else:
+        kill_group(proc)
+    proc.wait()
+    reader.join(timeout=5)
+    kill.train_state_step = saved_train_step(workdir)
+    return kill
+
+
+def kill_group(proc: subprocess.Popen) -> bool:
+    """SIGKILL the process group of ``proc``; False when it had already ended."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def saved_train_step(workdir: Path) -> int | None:
+    """The step of the in-stage checkpoint of an unfinished train (None when there is none)."""
+    from safetensors import safe_open
+
+    for state in sorted(workdir.glob("results/iter_*/train/state/state.safetensors")):
+        if not (state.parents[1] / LORA_WEIGHTS).exists():
+            with safe_open(str(state), "np") as fh:
+                return int(json.loads(fh.metadata()["rewardloop_state"])["step"])
+    return None
+
+
+def outcome(workdir: Path, iterations: int) -> dict:
+    """What must not depend on the kills: every iteration's LoRA sha256 and the final eval table."""
+    results = workdir / "results"
+    loras = [sha256(results / f"iter_{it:03d}/checkpoint/{LORA_WEIGHTS}") for it in range(iterations)]
+    final_eval = pd.read_parquet(results / f"iter_{iterations - 1:03d}/eval.parquet")
+    return {"loras": loras, "final_lora": loras[-1], "final_eval": final_eval}
+
+
+def same_outcome(a: dict, b: dict) -> bool:
+    return a["loras"] == b["loras"] and a["final_eval"].equals(b["final_eval"])
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def stage_durations(workdir: Path) -> dict[str, float]:
+    """The shortest job of each stage in a finished run (from Snakemake's benchmark files)."""
+    stage_of = {"advantages": "pairs", "run": "tracking"}  # benchmark file stem -> stage
+    durations: dict[str, float] = {}
+    for tsv in (workdir / "results/benchmarks").rglob("*.tsv"):
+        stage = stage_of.get(tsv.stem, tsv.stem)
+        seconds = benchmark_seconds(tsv)
+        if stage in STAGES and seconds:
+            durations[stage] = min(durations.get(stage, seconds), seconds)
+    return durations
+
+
+def plan_kills(count: int, durations: dict[str, float], seed: int) -> list[Kill]:
+    """``count`` kills cycling through the stages, each at a seeded random point of its job (within
+    90 % of the stage's shortest job, so that most land while that job still runs)."""
+    rng = random.Random(seed)
+    # Mid-epoch kills land within the first second after a checkpoint (a train's steps take a few s).
+    durations = {**durations, MID_TRAIN: 1.0 / 0.9}
+    return [Kill(stage=(s := TARGETS[k % len(TARGETS)]), delay=round(rng.uniform(0.0, 0.9 * durations.get(s, 5.0)), 2))
+            for k in range(count)]
+
+
+def trial(workdir: Path, overlay: dict, kills: list[Kill]) -> tuple[list[Kill], int]:
+    """Apply ``kills`` one after the other to a fresh run, then rerun it to completion."""
+    prepare(workdir, overlay)
+    for kill in kills:
+        killed_run(workdir, kill)
+    return kills, run_to_completion(workdir)
+
+
+def resumed_trains(workdir: Path) -> dict[int, int]:
+    """iteration -> the step its train resumed from (only those that resumed)."""
+    resumed = {}
+    for metrics in sorted(workdir.glob("results/iter_*/metrics/train.json")):
+        step = json.loads(metrics.read_text()).get("resumed_from_step", 0)
+        if step:
+            resumed[int(metrics.parent.parent.name[5:])] = step
+    return resumed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--kills", type=int, default=20)
+    parser.add_argument("--kills-per-trial", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--model", type=Path, help="a built tiny model (default: build one, ~30 s)")
+    parser.add_argument("--keep", type=Path, help="keep the run folders here")
+    args = parser.parse_args()
+
+    scratch = Path(args.keep or tempfile.mkdtemp(prefix="rewardloop-kill-"))
+    model = args.model
+    if model is None:
+        from rewardloop.tiny_sd15 import build_tiny_sd15
+
+        model = build_tiny_sd15(scratch / "tiny-sd15", seed=0, vae_steps=40, unet_steps=60, progress=False)
+    overlay = run_overlay(model)
+    iterations = overlay["iterations"]
+
+    started = time.perf_counter()
+    reference_dir = prepare(scratch / "reference", overlay)
+    run_to_completion(reference_dir, max_attempts=1)
+    reference = outcome(reference_dir, iterations)
+    durations = stage_durations(reference_dir)
+    print(f"reference run: {time.perf_counter() - started:.0f} s; final LoRA sha256 {reference['final_lora'][:16]}")
+    print("stage job durations (s): " + ", ".join(f"{s} {d:.1f}" for s, d in durations.items()))
+
+    kills = plan_kills(args.kills, durations, args.seed)
+    per_trial = max(1, args.kills_per_trial)
+    fired = identical = trials = 0
+    by_stage: dict[str, list[int]] = {s: [0, 0] for s in TARGETS}  # stage -> [landed in it, identical]
+    for start in range(0, len(kills), per_trial):
+        trials += 1
+        workdir = scratch / f"trial_{trials:02d}"
+        batch, attempts = trial(workdir, overlay, kills[start:start + per_trial])
+        same = same_outcome(outcome(workdir, iterations), reference)
+        identical += same
+        for kill in batch:
+            fired += kill.fired
+            for stage in kill.stages_hit():
+                by_stage[stage][0] += 1
+                by_stage[stage][1] += same
+            where = ",".join(kill.running) if kill.fired else "(stage already done: no kill)"
+            saved = f", train state on disk at step {kill.train_state_step}" if kill.train_state_step else ""
+            print(f"trial {trials:2d}: kill in {kill.stage:15s} +{kill.delay:5.2f} s, running [{where}]{saved}")
+        resumed = resumed_trains(workdir)
+        print(f"          rerun: {attempts} attempt(s); identical to the reference: {same}"
+              + (f"; train resumed from step {resumed}" if resumed else ""))
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    print(f"\nkills fired: {fired} of {len(kills)} planned; trials identical to the uninterrupted run: "
+          f"{identical}/{trials}")
+    print("jobs interrupted per stage (all / in trials identical to the reference): "
+          + ", ".join(f"{s} {f}/{i}" for s, (f, i) in by_stage.items()))
+    print(f"total {time.perf_counter() - started:.0f} s")
+    if not args.keep:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
