@@ -61,6 +61,7 @@ class Aesthetic:
     """
 
     name = "aesthetic"
+    PATH_OPTIONS = {"clip_path": ("dir", True), "mlp_path": ("file", True), "processor_path": ("dir", False)}
 
     def __init__(self, clip_path=None, mlp_path=None, processor_path=None, device: str = "cpu"):
         mlp_file = require_path(self.name, "mlp_path", mlp_path, kind="file")
