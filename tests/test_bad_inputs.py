@@ -241,7 +241,8 @@ PARSE_TIME = [
          f"model.init_lora: lora/{LORA}: no LoRA layers for the unet of model.family sd15 (its layers are for "
          "transformer", init_lora(sd3_keys)),
     Case("init LoRA of another architecture", {"model": {"init_lora": "lora"}},
-         "attn2.to_k is 96 -> 32 in the LoRA but 64 -> 32 in model.path", init_lora(wider_cross_attention)),
+         f"model.init_lora: lora/{LORA}: layer down_blocks.0.attentions.0.transformer_blocks.0.attn2.to_k is 96 -> 32 "
+         "in the LoRA but 64 -> 32 in model.path", init_lora(wider_cross_attention)),
 ]
 
 

@@ -149,10 +149,10 @@ def check_init_lora(model_cfg: Mapping, train_cfg: Mapping) -> None:
     if untargeted:
         raise ModelError(f"{where}: adapts {untargeted[0]} ({len(untargeted)} layer(s) in all), which "
                          f"train.lora.targets {targets} does not name")
-    expected = {m for m in base if _targeted(m, targets)} if base else set()
-    uncovered = sorted(expected - set(layers))
     unused = [t for t in targets if not any(_targeted(m, [t]) for m in layers)]
-    if unused or uncovered:
-        names = unused or sorted({t for t in targets if _targeted(uncovered[0], [t])})
-        raise ModelError(f"{where}: has no layers for train.lora.targets {', '.join(names)}"
-                         + (f" (e.g. {uncovered[0]})" if uncovered else ""))
+    if unused:
+        raise ModelError(f"{where}: has no layers for train.lora.targets {', '.join(unused)}")
+    uncovered = sorted(m for m in base if _targeted(m, targets) and m not in layers)
+    if uncovered:
+        raise ModelError(f"{where}: has no layer for {uncovered[0]} ({len(uncovered)} in all), which "
+                         f"train.lora.targets {targets} names")
