@@ -4,6 +4,7 @@
 
 from rewardloop import runlock
 from rewardloop.artifacts import remove_stale_temps
+from rewardloop.config import check_existing_iterations
 from rewardloop.config import validate as validate_config
 from rewardloop.models import needs_hf_token
 
@@ -14,8 +15,10 @@ configfile: f"{workflow.basedir}/config.yaml"
 report: "report/workflow.rst"
 
 
-# Schema (defaults filled, unknown keys refused) and file checks, before any job starts.
+# Schema (defaults filled, unknown keys refused) and file checks, before any job starts; and no
+# fewer iterations than results/ already holds.
 validate_config(config)
+check_existing_iterations(config, "results")
 
 
 # A gated hub model (SD3.5) needs a Hugging Face token: Snakemake passes HF_TOKEN from the

@@ -97,3 +97,10 @@ def test_eval_reward_may_not_repeat_a_training_reward(base_config):
     base_config["eval"] = {"rewards": {"color_match": 1.0}}
     with pytest.raises(ConfigError, match="eval.rewards: color_match already in rewards"):
         cfgmod.validate(base_config)
+
+
+def test_malformed_yaml_names_the_file(tmp_path):
+    path = tmp_path / "my.yaml"
+    path.write_text("train: {steps: 2\n")
+    with pytest.raises(ConfigError, match=rf"{path}: not valid YAML"):
+        cfgmod.load(path)

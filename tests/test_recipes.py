@@ -14,6 +14,7 @@ import yaml
 
 from rewardloop.advantages import GROUP_LOSSES
 from rewardloop.config import deep_merge
+from rewardloop.rewards.base import path_options
 
 from workflow_helpers import snakemake, write_overlay
 
@@ -46,6 +47,12 @@ def test_recipe_dry_run_on_a_tiny_model(recipe, request, tmp_path):
             path.write_text("".join(f'a poster with the text "word {key} {i}"\n' for i in range(16)))
         assert path.is_file(), f"{recipe.name}: prompts.{key} {path} missing"
         config["prompts"][key] = str(path)
+    for name, options in config.get("rewards", {}).items():
+        # the user's reward weights (/models/...): empty stand-ins, as a dry run loads none of them
+        for option, (kind, _) in path_options(name).items():
+            if isinstance(options, dict) and option in options and not Path(options[option]).exists():
+                options[option] = str(tmp_path / option)
+                (tmp_path / option).mkdir() if kind == "dir" else (tmp_path / option).touch()
     overlay = deep_merge(config, {"model": {"path": str(tiny), "build_tiny": False}})
     write_overlay(tmp_path, overlay)
     result = snakemake(tmp_path, "-n")

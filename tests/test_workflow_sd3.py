@@ -75,7 +75,8 @@ def test_gated_sd3_hub_model_requires_hf_token(tmp_path):
     })
     cmd = [SNAKEMAKE, "-s", str(ROOT / "Snakefile"), "--directory", str(tmp_path), "--configfile",
            str(tmp_path / "test.yaml"), "-n", "--cores", "1"]
-    env = {k: v for k, v in os.environ.items() if k != "HF_TOKEN"}
+    # online mode (a dry run downloads nothing): offline, an uncached hub id is refused at startup
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN", "HF_HUB_OFFLINE")}
     missing = subprocess.run(cmd, capture_output=True, text=True, env=env)
     assert missing.returncode != 0 and "HF_TOKEN" in missing.stdout + missing.stderr
     planned = subprocess.run(cmd, capture_output=True, text=True, env={**env, "HF_TOKEN": "hf_test"})

@@ -46,12 +46,22 @@ def _key_path(error: jsonschema.ValidationError) -> str:
     return ".".join(str(p) for p in error.absolute_path) or "(top level)"
 
 
+def _message(error: jsonschema.ValidationError) -> str:
+    """jsonschema's message; for a oneOf (a reward's weight) also what would have been valid."""
+    if error.validator != "oneOf":
+        return error.message
+    def kind(schema):
+        required = schema.get("required")
+        return schema["type"] + (f" with {', '.join(required)}" if required else "")
+    return f"{error.message} (expected a {' or an '.join(kind(s) for s in error.validator_value)})"
+
+
 def validate(config: dict) -> dict:
     """Validate ``config`` in place (defaults filled) and return it; raise ConfigError on failure."""
     _drop_null_rewards(config)
     errors = sorted(_Validator(load_schema()).iter_errors(config), key=lambda e: list(e.path))
     if errors:
-        lines = [f"  {_key_path(e)}: {e.message}" for e in errors]
+        lines = [f"  {_key_path(e)}: {_message(e)}" for e in errors]
         raise ConfigError("invalid config:\n" + "\n".join(lines))
     _fill_family_defaults(config)
     check_semantics(config)
@@ -78,7 +88,10 @@ def load(path: str | Path, overrides: Mapping | None = None) -> dict:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file {path} not found")
-    config = yaml.safe_load(path.read_text()) or {}
+    try:
+        config = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({exc})") from exc
     if not isinstance(config, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level")
     return validate(deep_merge(config, overrides or {}))
@@ -96,13 +109,14 @@ def deep_merge(base: dict, extra: Mapping) -> dict:
 
 def check_semantics(config: dict) -> None:
     """Checks beyond the schema: sizes, files on disk, prompts the rewards can score."""
-    from rewardloop import models, prompts, rewards
+    from rewardloop import lora, models, prompts, rewards
 
     if config["generate"]["resolution"] % 8:
         raise ConfigError(
             f"generate.resolution: {config['generate']['resolution']} is not divisible by 8"
         )
     models.check_model_reference(config["model"])
+    lora.check_init_lora(config["model"], config["train"])
     offline = config["data"]["offline_pairs"]
     if offline and not Path(offline).is_file():
         raise ConfigError(f"data.offline_pairs: {offline} is not a file (expected a Pick-a-Pic layout Parquet)")
@@ -110,15 +124,34 @@ def check_semantics(config: dict) -> None:
     clash = sorted(set(config["eval"].get("rewards") or {}) & set(config["rewards"]))
     if clash:
         raise ConfigError(f"eval.rewards: {', '.join(clash)} already in rewards (names must differ)")
+    for key in ("rewards", "eval.rewards"):
+        section = config["eval"].get("rewards") if key == "eval.rewards" else config["rewards"]
+        try:
+            rewards.check_options(section or {}, key=key)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
     for key in ("train", "eval"):
         loaded = prompts.load_prompts(config["prompts"][key], key=f"prompts.{key}")
-        try:
-            rewards.check_prompts(config["rewards"], loaded.prompt.tolist())
-        except ValueError as exc:
-            raise ConfigError(f"prompts.{key} ({config['prompts'][key]}): {exc}") from exc
+        for prompt_id, prompt in zip(loaded.prompt_id, loaded.prompt):
+            try:
+                rewards.check_prompts(config["rewards"], [prompt])
+            except ValueError as exc:
+                raise ConfigError(f"prompts.{key} ({config['prompts'][key]}), prompt {prompt_id}: {exc}") from exc
         if key == "train":
             check_shards(config, len(prompts.select_prompts(loaded, config["generate"]["prompts_per_iteration"],
                                                             config["seed"], 0)))
+
+
+def check_existing_iterations(config: Mapping, results: str | Path = "results") -> None:
+    """Refuse a run that plans fewer iterations than ``results`` already holds: rule all would leave the
+    later ones out, silently orphaned beside a report and summary that no longer match them."""
+    folder = Path(results)
+    beyond = sorted(p.name for p in folder.glob("iter_[0-9][0-9][0-9]")
+                    if p.is_dir() and int(p.name[len("iter_"):]) >= config["iterations"])
+    if beyond:
+        keep = int(beyond[-1][len("iter_"):]) + 1
+        raise ConfigError(f"iterations: {config['iterations']}, but {folder}/ already holds {', '.join(beyond)} "
+                          f"of a longer run; set iterations: {keep} to keep them, or move them out of {folder}/")
 
 
 def check_shards(config: dict, prompts_per_iteration: int) -> None:

@@ -8,12 +8,16 @@ survives the round trip.
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Mapping
 
 from rewardloop.artifacts import sort_safetensors_header
-from rewardloop.models import LORA_WEIGHTS, ModelError, denoiser_name, pipeline_class
+from rewardloop.models import LORA_WEIGHTS, ModelError, denoiser_name, pipeline_class, tensor_shapes
+
+# A diffusers-format LoRA key: <denoiser>.<module>.lora.{down,up}.weight (or peft's lora_{A,B}).
+_LORA_KEY = re.compile(r"^(?P<prefix>[^.]+)\.(?P<module>.+)\.(?:lora\.(?P<old>down|up)|lora_(?P<new>[AB]))\.weight$")
 
 
 def lora_config(lora_cfg: Mapping):
@@ -85,3 +89,75 @@ def save_lora(unet, family: str, lora_cfg: Mapping, out_dir: str | os.PathLike) 
         sort_safetensors_header(Path(tmp) / LORA_WEIGHTS)
         os.replace(Path(tmp) / LORA_WEIGHTS, out_dir / LORA_WEIGHTS)
     return out_dir / LORA_WEIGHTS
+
+
+def _targeted(module: str, targets) -> bool:
+    """peft's rule: a target names the module or its last dotted parts."""
+    return any(module == t or module.endswith("." + t) for t in targets)
+
+
+def _denoiser_shapes(model_path: str, denoiser: str) -> dict[str, list[int]]:
+    """``{module: weight shape}`` of the base model's linear and conv layers, from its safetensors headers;
+    empty when its weights are not on disk as safetensors (a hub id, a model not built yet)."""
+    shapes = {}
+    for file in sorted((Path(model_path) / denoiser).glob("*.safetensors")):
+        shapes.update({k.removesuffix(".weight"): v for k, v in tensor_shapes(file).items()
+                       if k.endswith(".weight") and len(v) in (2, 4)})
+    return shapes
+
+
+def check_init_lora(model_cfg: Mapping, train_cfg: Mapping) -> None:
+    """model.init_lora, before any job: a diffusers LoRA of this family's denoiser whose layers fit the
+    base model (when its weights are on disk) and, when a LoRA is trained, train.lora's rank and targets."""
+    folder = model_cfg.get("init_lora")
+    if not folder:
+        return
+    weights = Path(folder) / LORA_WEIGHTS
+    if not weights.is_file():
+        raise ModelError(f"model.init_lora: {folder} has no {LORA_WEIGHTS}")
+    where, family = f"model.init_lora: {weights}", model_cfg["family"]
+    denoiser = denoiser_name(family)
+    layers, prefixes = {}, set()
+    for key, shape in tensor_shapes(weights).items():
+        match = _LORA_KEY.match(key)
+        if match:
+            prefixes.add(match["prefix"])
+            part = "down" if (match["old"] or match["new"]) in ("down", "A") else "up"
+            if match["prefix"] == denoiser:
+                layers.setdefault(match["module"], {})[part] = shape
+    if not layers:
+        found = f"its layers are for {', '.join(sorted(prefixes))}" if prefixes else "no diffusers-format LoRA keys"
+        raise ModelError(f"{where}: no LoRA layers for the {denoiser} of model.family {family} ({found}: "
+                         "a LoRA of another model family?)")
+    base = _denoiser_shapes(model_cfg["path"], denoiser)
+    for module, pair in sorted(layers.items()):
+        if set(pair) != {"down", "up"}:
+            raise ModelError(f"{where}: layer {module} has only its lora {'/'.join(pair)} weight")
+        if base:
+            lora_shape = [pair["up"][0], pair["down"][1]]
+            if module not in base:
+                raise ModelError(f"{where}: adapts {module}, which the {denoiser} at model.path {model_cfg['path']} "
+                                 "does not have (a LoRA of another model family or architecture?)")
+            if base[module][:2] != lora_shape:
+                raise ModelError(f"{where}: layer {module} is {lora_shape[1]} -> {lora_shape[0]} in the LoRA but "
+                                 f"{base[module][1]} -> {base[module][0]} in model.path {model_cfg['path']} "
+                                 "(a LoRA of another model family or architecture?)")
+    if train_cfg.get("adapter", "lora") != "lora":
+        return  # a full fine-tune fuses the LoRA; rank and targets do not matter
+    lora_cfg = train_cfg["lora"]
+    ranks = sorted({pair["down"][0] for pair in layers.values()})
+    if ranks != [lora_cfg["rank"]]:
+        raise ModelError(f"{where}: rank {', '.join(map(str, ranks))}, but train.lora.rank is {lora_cfg['rank']} "
+                         "(iteration 0 trains this LoRA further)")
+    targets = list(lora_cfg["targets"])
+    untargeted = sorted(m for m in layers if not _targeted(m, targets))
+    if untargeted:
+        raise ModelError(f"{where}: adapts {untargeted[0]} ({len(untargeted)} layer(s) in all), which "
+                         f"train.lora.targets {targets} does not name")
+    unused = [t for t in targets if not any(_targeted(m, [t]) for m in layers)]
+    if unused:
+        raise ModelError(f"{where}: has no layers for train.lora.targets {', '.join(unused)}")
+    uncovered = sorted(m for m in base if _targeted(m, targets) and m not in layers)
+    if uncovered:
+        raise ModelError(f"{where}: has no layer for {uncovered[0]} ({len(uncovered)} in all), which "
+                         f"train.lora.targets {targets} names")

@@ -39,20 +39,72 @@ def is_hub_id(path: str) -> bool:
 
 
 def check_model_reference(model_cfg: Mapping) -> None:
-    """Fail early, naming ``model.path``, when the base model cannot be found."""
+    """Fail early, naming ``model.path``, when the base model cannot be found or is of another family.
+
+    With ``build_tiny`` the path is where rule build_tiny_model writes: it must lie inside the
+    working directory (the workflow writes nowhere else but results/).
+    """
     path = model_cfg["path"]
     if model_cfg.get("build_tiny"):
+        check_inside_workdir("model.path", path, "model.build_tiny writes the tiny model there")
         return  # a rule builds it
-    if is_hub_id(path):
+    if is_hub_id(path) and not _offline_and_uncached(path):
         return  # resolved by from_pretrained (needs the network or the hub cache)
+    check_model_folder(path, model_cfg.get("family", "sd15"))
+
+
+def _offline_and_uncached(hub_id: str) -> bool:
+    """With HF_HUB_OFFLINE set, a hub id absent from the local cache cannot load: treat it as a folder."""
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    return constants.HF_HUB_OFFLINE and not isinstance(try_to_load_from_cache(hub_id, MODEL_INDEX), str)
+
+
+def check_inside_workdir(key: str, path: str, why: str) -> None:
+    """``path`` (a place the workflow writes) resolves inside the working directory."""
+    cwd = Path.cwd().resolve()
+    if not (cwd / path).resolve().is_relative_to(cwd):
+        raise ModelError(f"{key}: {path} is outside the working directory {cwd} ({why}; use a relative "
+                         "path without '..')")
+
+
+def check_model_folder(path: str, family: str) -> None:
+    """A local diffusers folder whose model_index.json is a pipeline of ``family`` with its denoiser."""
+    from rewardloop.families import FAMILIES, get_family
+
     folder = Path(path)
     if not folder.is_dir():
-        raise ModelError(f"model.path: {path} is not a folder (expected a diffusers model folder or a hub id)")
-    if not (folder / "model_index.json").is_file():
-        raise ModelError(f"model.path: {path} has no model_index.json (not a diffusers pipeline folder)")
-    init_lora = model_cfg.get("init_lora")
-    if init_lora and not (Path(init_lora) / LORA_WEIGHTS).is_file():
-        raise ModelError(f"model.init_lora: {init_lora} has no {LORA_WEIGHTS}")
+        raise ModelError(f"model.path: {path} is not a folder (expected a diffusers model folder, or a hub id"
+                         + (" in the local cache: HF_HUB_OFFLINE is set)" if is_hub_id(path) else ")"))
+    index_file = folder / MODEL_INDEX
+    if not index_file.is_file():
+        raise ModelError(f"model.path: {path} has no {MODEL_INDEX} (not a diffusers pipeline folder)")
+    try:
+        index = json.loads(index_file.read_text())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ModelError(f"model.path: {index_file} is not valid JSON ({exc})") from exc
+    expected = get_family(family)
+    found = index.get("_class_name") if isinstance(index, dict) else None
+    other = {f.pipeline: f.name for f in FAMILIES.values() if f.name != family}
+    if found in other:
+        raise ModelError(f"model.path: {path} holds a {found} ({MODEL_INDEX}), a model.family {other[found]} "
+                         f"model, but model.family is {family} (expects {expected.pipeline})")
+    if expected.denoiser not in index or not (folder / expected.denoiser).is_dir():
+        raise ModelError(f"model.path: {path} has no {expected.denoiser}/ component, which model.family "
+                         f"{family} needs ({MODEL_INDEX} lists {', '.join(k for k in index if not k.startswith('_'))})")
+
+
+def tensor_shapes(path) -> dict[str, list[int]]:
+    """``{name: shape}`` from a safetensors file's header, without reading (or unpickling) any tensor."""
+    try:
+        with open(path, "rb") as fh:
+            size = int.from_bytes(fh.read(8), "little")
+            if not 0 < size <= 100_000_000:
+                raise ValueError(f"header size {size}")
+            header = json.loads(fh.read(size))
+        return {name: list(entry["shape"]) for name, entry in header.items() if name != "__metadata__"}
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        raise ModelError(f"{path}: not a readable safetensors file ({exc})") from exc
 
 
 def needs_hf_token(model_cfg: Mapping) -> bool:

@@ -2,6 +2,8 @@
 
 Each prompt gets a stable ``prompt_id``: the JSONL ``id`` field when present, else ``p`` plus the
 zero-padded line number, so ids survive reordering of JSONL files and are readable in tables.
+Ids name samples (``<iteration>-<prompt_id>-<group>``) and keys in latents.safetensors
+(``prompt_embeds/<prompt_id>``), so an id with a path separator or ``..`` is refused.
 """
 
 from __future__ import annotations
@@ -35,11 +37,26 @@ def load_prompts(path: str | Path, key: str = "prompts") -> pd.DataFrame:
         rows = [_jsonl_row(n, line, where) for n, line in lines]
     else:
         rows = [(f"p{n:05d}", line) for n, line in lines]
-    table = pd.DataFrame(rows, columns=["prompt_id", "prompt"])
-    duplicated = table.prompt_id[table.prompt_id.duplicated()]
-    if len(duplicated):
-        raise PromptFileError(f"{where}: duplicate prompt id {duplicated.iloc[0]!r}")
-    return table
+    first_line = {}
+    for (n, _), (prompt_id, _) in zip(lines, rows):
+        if prompt_id in first_line:
+            raise PromptFileError(f"{where}: line {n}: duplicate prompt id {prompt_id!r} (first on line "
+                                  f"{first_line[prompt_id]})")
+        first_line[prompt_id] = n
+    return pd.DataFrame(rows, columns=["prompt_id", "prompt"])
+
+
+def check_id(prompt_id: str) -> str | None:
+    """Why ``prompt_id`` cannot name samples and tensor keys, or None when it can."""
+    if not prompt_id.strip():
+        return "is empty"
+    if "/" in prompt_id or "\\" in prompt_id:
+        return "contains a path separator"
+    if ".." in prompt_id:
+        return "contains '..'"
+    if not prompt_id.isprintable():
+        return "contains a control character"
+    return None
 
 
 def _jsonl_row(line_no: int, line: str, where: str) -> tuple[str, str]:
@@ -52,6 +69,10 @@ def _jsonl_row(line_no: int, line: str, where: str) -> tuple[str, str]:
     if not record["prompt"].strip():
         raise PromptFileError(f"{where}: line {line_no} has an empty 'prompt'")
     prompt_id = str(record.get("id", f"p{line_no:05d}"))
+    problem = check_id(prompt_id)
+    if problem:
+        raise PromptFileError(f"{where}: line {line_no}: prompt id {prompt_id!r} {problem} (ids name samples "
+                              "and tensor keys)")
     return prompt_id, record["prompt"].strip()
 
 

@@ -1,6 +1,13 @@
 """Reward functions; importing this package registers every built-in reward."""
 
-from rewardloop.rewards.base import Reward, available_rewards, build_reward, check_prompts, register
+from rewardloop.rewards.base import (
+    Reward,
+    available_rewards,
+    build_reward,
+    check_options,
+    check_prompts,
+    register,
+)
 from rewardloop.rewards import (  # noqa: F401  (imported to register)
     aesthetic,
     clip_score,
@@ -11,4 +18,4 @@ from rewardloop.rewards import (  # noqa: F401  (imported to register)
     pickscore,
 )
 
-__all__ = ["Reward", "available_rewards", "build_reward", "check_prompts", "register"]
+__all__ = ["Reward", "available_rewards", "build_reward", "check_options", "check_prompts", "register"]

@@ -61,13 +61,15 @@ class Aesthetic:
     """
 
     name = "aesthetic"
+    PATH_OPTIONS = {"clip_path": ("dir", True), "mlp_path": ("file", True), "processor_path": ("dir", False)}
 
     def __init__(self, clip_path=None, mlp_path=None, processor_path=None, device: str = "cpu"):
         mlp_file = require_path(self.name, "mlp_path", mlp_path, kind="file")
+        require_path(self.name, "clip_path", clip_path, kind="dir")
+        state = safe_torch_load(self.name, "mlp_path", mlp_file)  # a refused pickle costs no model load
         embedder = ClipEmbedder.load(
             self.name, clip_path, processor_path, device, model_option="clip_path"
         )
-        state = safe_torch_load(self.name, "mlp_path", mlp_file)
         mlp = build_mlp(int(embedder.model.config.projection_dim))
         try:
             mlp.load_state_dict(state)

@@ -5,7 +5,10 @@ batches: ``score(images, prompts) -> (scores, details)`` where ``scores`` is a f
 one value per image and ``details`` a list of JSON-serialisable dicts (possibly empty dicts).
 ``check_prompts(prompts)`` raises ``ValueError`` naming the offending prompt when a reward cannot
 score a prompt (e.g. OCR without a quoted target). It is a staticmethod, so the config check calls
-it on the class before any job starts and before any model is loaded.
+it on the class before any job starts and before any model is loaded. So does ``check_options``:
+option names against the factory's signature, and the local files a reward declares in
+``PATH_OPTIONS`` (``{option: (kind, required)}``) exist, so a missing checkpoint stops the run
+before any job instead of failing the score job.
 
 Adding a reward = one module with a factory decorated by ``@register("name")`` plus its import in
 ``rewards/__init__.py``.
@@ -13,7 +16,8 @@ Adding a reward = one module with a factory decorated by ``@register("name")`` p
 
 from __future__ import annotations
 
-from typing import Callable, Protocol, Sequence
+import inspect
+from typing import Callable, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -62,3 +66,35 @@ def check_prompts(rewards_cfg, prompts: Sequence[str]) -> None:
         check = getattr(_FACTORIES[name], "check_prompts", None)
         if check is not None:
             check(prompts)
+
+
+def _option_names(factory) -> set[str] | None:
+    """The keyword options a reward factory takes; None when it takes any (``**options``)."""
+    parameters = inspect.signature(factory).parameters.values()
+    if any(p.kind is p.VAR_KEYWORD for p in parameters):
+        return None
+    return {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+
+
+def path_options(name: str) -> dict[str, tuple[str, bool]]:
+    """``{option: (kind "file" | "dir", required)}``: the local files reward ``name`` reads."""
+    return dict(getattr(_FACTORIES[name], "PATH_OPTIONS", {}))
+
+
+def check_options(rewards_cfg, key: str = "rewards") -> None:
+    """Known reward names and option names, and the declared local files present; nothing is loaded."""
+    from rewardloop.rewards.clip_common import require_path
+
+    for name, value in rewards_cfg.items():
+        if name not in _FACTORIES:
+            build_reward(name)  # raises the unknown-reward error
+        factory = _FACTORIES[name]
+        options = {k: v for k, v in value.items() if k != "weight"} if isinstance(value, Mapping) else {}
+        accepted = _option_names(factory)
+        unknown = sorted(set(options) - accepted) if accepted is not None else []
+        if unknown:
+            raise ValueError(f"'{key}.{name}': unknown option(s) {', '.join(unknown)} "
+                             f"(expected {', '.join(sorted(accepted))})")
+        for option, (kind, required) in path_options(name).items():
+            if required or options.get(option) is not None:
+                require_path(name, option, options.get(option), kind=kind)

@@ -173,6 +173,7 @@ class ClipPromptReward:
     """Base of the rewards that compare an image with its prompt through one CLIP model."""
 
     name = "clip"
+    PATH_OPTIONS = {"model_path": ("dir", True), "processor_path": ("dir", False)}
 
     def __init__(self, model_path=None, processor_path=None, device: str = "cpu"):
         self.embedder = ClipEmbedder.load(self.name, model_path, processor_path, device)

@@ -89,6 +89,7 @@ class HPSv2:
     """
 
     name = "hpsv2"
+    PATH_OPTIONS = {"checkpoint_path": ("file", True)}
 
     def __init__(self, checkpoint_path=None, arch: str = "ViT-H-14", loader: str = "open_clip",
                  device: str = "cpu"):

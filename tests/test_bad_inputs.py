@@ -1,0 +1,384 @@
+"""Bad inputs: each stops the real `snakemake` run with a non-zero exit and a message that names the
+cause (the config key, the file, the line or the sample), and changes no earlier artifact.
+
+Every case starts from a copy of one finished tiny run (2 iterations, built once per module), so
+"no earlier artifact changed" is checked against real artifacts: the sha256 and mtime of every file
+under results/ before and after. Config, prompt, model and LoRA errors stop at parse time
+(`rewardloop.config.validate` in the Snakefile), before any job: there nothing under results/ may
+change. Damaged artifacts are met by the stage that reads them; Snakemake removes that job's own
+outputs before running it (they are being redone), so there those outputs must be absent (not half
+written) and everything else unchanged, apart from the attempt's own log and benchmark files.
+The unreachable MLflow server is the one input that must *not* stop the run (last test here; the
+tracking details are in tests/test_tracking.py::test_unreachable_server_fails_softly).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from workflow_helpers import ROOT, SNAKEMAKE, snakemake, tiny_overlay, write_overlay
+
+pytestmark = pytest.mark.workflow
+
+LORA = "pytorch_lora_weights.safetensors"
+# What any job attempt writes whether or not it succeeds: the job's log and benchmark, the run lock.
+ATTEMPT_RECORDS = ("logs/", "benchmarks/", ".rewardloop.lock")
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory, tiny_model) -> Path:
+    """A finished 2-iteration run with its own small prompt files (relative paths, so copies work)."""
+    work = tmp_path_factory.mktemp("finished")
+    (work / "prompts").mkdir()
+    for key, count in (("train", 8), ("eval", 4)):
+        lines = (ROOT / f"resources/prompts/{key}.txt").read_text().splitlines()[:count]
+        (work / "prompts" / f"{key}.txt").write_text("\n".join(lines) + "\n")
+    write_overlay(work, tiny_overlay(
+        tiny_model, prompts={"train": "prompts/train.txt", "eval": "prompts/eval.txt"},
+        generate={"prompts_per_iteration": 4, "images_per_prompt": 2, "steps": 2},
+        train={"steps": 2, "batch_size": 2, "checkpointing_steps": 1}, eval={"steps": 2},
+        tracking={"enabled": False}, resources={"threads": 1},
+    ))
+    snakemake(work)
+    return work
+
+
+@pytest.fixture
+def run(finished, tmp_path) -> Path:
+    """A private copy of the finished run (copy2 keeps every mtime)."""
+    return Path(shutil.copytree(finished, tmp_path / "run", copy_function=shutil.copy2))
+
+
+def snapshot(work: Path, skip: tuple[str, ...] = ()) -> dict[str, tuple[str, int]]:
+    """{path under results/: (sha256, mtime_ns)} of every file, but those starting with ``skip``."""
+    results = work / "results"
+    return {
+        rel: (hashlib.sha256(path.read_bytes()).hexdigest(), path.stat().st_mtime_ns)
+        for path in sorted(results.rglob("*"))
+        if path.is_file() and not (rel := str(path.relative_to(results))).startswith(skip)
+    }
+
+
+def snakemake_fails(work: Path, *args: str, configfiles: tuple[str, ...] = (), env: dict | None = None) -> str:
+    """Run the workflow in ``work``; assert a non-zero exit; return stdout + stderr."""
+    cmd = [SNAKEMAKE, "-s", str(ROOT / "Snakefile"), "--directory", str(work), "--configfile",
+           str(work / "test.yaml"), *(str(work / f) for f in configfiles), "--cores", "1", *args]
+    result = subprocess.run(cmd, capture_output=True, text=True,
+                            env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})})
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output[-3000:]
+    return output
+
+
+# --- files the cases put into the run folder ---------------------------------------------------------
+
+
+def write(rel: str, content: str | bytes) -> Callable:
+    def make(work: Path, tiny_model: Path) -> None:
+        path = work / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    return make
+
+
+def jsonl(*rows: dict) -> str:
+    return "".join(json.dumps(row) + "\n" for row in rows)
+
+
+def sdxl_layout(work: Path, tiny_model: Path) -> None:
+    """A diffusers folder laid out as an SDXL pipeline (second text encoder, SDXL class name)."""
+    folder = work / "models/sdxl"
+    shutil.copytree(tiny_model, folder)
+    index = json.loads((folder / "model_index.json").read_text())
+    index.update(_class_name="StableDiffusionXLPipeline", text_encoder_2=["transformers", "CLIPTextModelWithProjection"],
+                 tokenizer_2=["transformers", "CLIPTokenizer"])
+    (folder / "model_index.json").write_text(json.dumps(index))
+
+
+def init_lora(edit: Callable[[dict], dict]) -> Callable:
+    """model.init_lora = lora/: the finished run's iteration-0 LoRA, its tensors passed through ``edit``."""
+    def make(work: Path, tiny_model: Path) -> None:
+        from safetensors.numpy import load_file, save_file
+
+        tensors = load_file(str(work / "results/iter_000/checkpoint" / LORA))
+        (work / "lora").mkdir()
+        save_file(edit(tensors), str(work / "lora" / LORA))
+    return make
+
+
+def is_down(key: str) -> bool:
+    """The [rank, in] half of a LoRA layer (diffusers' lora.down or peft's lora_A)."""
+    return ".lora.down." in key or ".lora_A." in key
+
+
+def rank_4(tensors):
+    return {k: v[:4] if is_down(k) else v[:, :4] for k, v in tensors.items()}
+
+
+def attention_only(tensors):
+    return {k: v for k, v in tensors.items() if ".ff." not in k}
+
+
+def sd3_keys(tensors):
+    """The same tensors keyed as an SD3 LoRA: transformer.* instead of unet.*."""
+    return {"transformer." + k.removeprefix("unet."): v for k, v in tensors.items()}
+
+
+def wider_cross_attention(tensors):
+    """attn2.to_k reads 96-wide text states (another architecture's cross-attention; this one's are 64)."""
+    import numpy as np
+
+    return {k: np.zeros((v.shape[0], 96), v.dtype) if ".attn2.to_k." in k and is_down(k) else v
+            for k, v in tensors.items()}
+
+
+@dataclass
+class Case:
+    id: str
+    config: dict  # merged over the run's test.yaml (as a second --configfile)
+    message: str
+    files: Callable | None = None
+
+
+PROMPTS = "prompts/bad.txt"
+BAD_PROMPTS = {"prompts": {"train": PROMPTS}}
+
+PARSE_TIME = [
+    # config keys, types and values (the schema)
+    Case("unknown top-level key", {"trian": {"steps": 1}},
+         "(top level): Additional properties are not allowed ('trian' was unexpected)"),
+    Case("unknown nested key", {"train": {"lora": {"rnak": 4}}},
+         "train.lora: Additional properties are not allowed ('rnak' was unexpected)"),
+    Case("wrong type", {"train": {"steps": "ten"}}, "train.steps: 'ten' is not of type 'integer'"),
+    Case("negative size", {"generate": {"batch_size": -1}}, "generate.batch_size: -1 is less than the minimum of 1"),
+    Case("zero size", {"train": {"steps": 0}}, "train.steps: 0 is less than the minimum of 1"),
+    Case("groups of one image (no pair to form)", {"generate": {"images_per_prompt": 1}},
+         "generate.images_per_prompt: 1 is less than the minimum of 2"),
+    Case("iterations < 1", {"iterations": 0}, "iterations: 0 is less than the minimum of 1"),
+    Case("resolution not divisible by 8", {"generate": {"resolution": 36}},
+         "generate.resolution: 36 is not divisible by 8"),
+    Case("negative learning rate", {"train": {"learning_rate": -1e-4}},
+         "train.learning_rate: -0.0001 is less than or equal to the minimum of 0"),
+    Case("beta <= 0", {"train": {"beta": 0}}, "train.beta: 0 is less than or equal to the minimum of 0"),
+    Case("negative pairs threshold", {"pairs": {"min_margin": -0.5}},
+         "pairs.min_margin: -0.5 is less than the minimum of 0"),
+    Case("reward weight not a number", {"rewards": {"color_match": "high"}},
+         "rewards.color_match: 'high' is not valid under any of the given schemas (expected a number or an "
+         "object with weight)"),
+    Case("no reward left", {"rewards": {"color_match": None}}, "rewards: {} should be non-empty"),
+    Case("empty eval seeds", {"eval": {"seeds": []}}, "eval.seeds: [] should be non-empty"),
+    Case("unknown train.loss", {"train": {"loss": "ppo"}}, "train.loss: 'ppo' is not one of ['dpo', 'sft', 'grpo', 'nft']"),
+    Case("loss of another family", {"train": {"loss": "nft"}},
+         "train.loss: nft is not available for model.family sd15"),
+    Case("unknown device", {"device": "gpu"}, "device: 'gpu' does not match"),
+    Case("more shards than batches", {"generate": {"shards": 4}}, "generate.shards: 4 shards but only 1 batch(es)"),
+    # rewards
+    Case("unknown reward", {"rewards": {"pickscroe": 1.0}}, "unknown reward 'pickscroe' in 'rewards'"),
+    Case("unknown reward option", {"rewards": {"color_match": {"weight": 1.0, "max_distnace": 50}}},
+         "'rewards.color_match': unknown option(s) max_distnace (expected max_distance)"),
+    Case("missing aesthetic MLP checkpoint",
+         {"rewards": {"aesthetic": {"weight": 1.0, "clip_path": "clip", "mlp_path": "aesthetic/missing.pth"}}},
+         "'rewards.aesthetic.mlp_path': aesthetic/missing.pth does not exist", write("clip/config.json", "{}")),
+    Case("missing HPS checkpoint", {"rewards": {"hpsv2": {"weight": 1.0, "checkpoint_path": "HPS_v2.1_compressed.pt"}}},
+         "'rewards.hpsv2.checkpoint_path': HPS_v2.1_compressed.pt does not exist"),
+    Case("eval reward repeating a training reward", {"eval": {"rewards": {"color_match": 1.0}}},
+         "eval.rewards: color_match already in rewards"),
+    # the base model
+    Case("missing model folder", {"model": {"path": "models/nope"}}, "model.path: models/nope is not a folder"),
+    Case("model folder without model_index.json", {"model": {"path": "models/empty"}},
+         "model.path: models/empty has no model_index.json", write("models/empty/unet/config.json", "{}")),
+    Case("SDXL folder for family sd15", {"model": {"path": "models/sdxl"}},
+         "model.path: models/sdxl holds a StableDiffusionXLPipeline (model_index.json), a model.family sdxl model, "
+         "but model.family is sd15", sdxl_layout),
+    # prompt files
+    Case("missing prompt file", {"prompts": {"eval": "prompts/nope.txt"}},
+         "prompts.eval (prompts/nope.txt): file not found"),
+    Case("empty prompt file", BAD_PROMPTS, f"prompts.train ({PROMPTS}): no prompts in file", write(PROMPTS, "\n  \n")),
+    Case("non-UTF-8 prompt file", BAD_PROMPTS, f"prompts.train ({PROMPTS}): not UTF-8 text",
+         write(PROMPTS, "a red circle on a caf\xe9 background\n".encode("latin-1"))),
+    Case("JSONL row without prompt", {"prompts": {"train": "prompts/bad.jsonl"}},
+         "prompts.train (prompts/bad.jsonl): line 2 has no string field 'prompt'",
+         write("prompts/bad.jsonl", jsonl({"prompt": "a red circle on a blue background"}, {"text": "a red square"}))),
+    Case("JSONL row that is not JSON", {"prompts": {"train": "prompts/bad.jsonl"}},
+         "prompts.train (prompts/bad.jsonl): line 2 is not valid JSON",
+         write("prompts/bad.jsonl", jsonl({"prompt": "a red circle"}) + "{prompt: a red square\n")),
+    Case("OCR prompt without a quoted target", {"rewards": {"ocr": 1.0, "color_match": None}, **BAD_PROMPTS},
+         f"prompts.train ({PROMPTS}), prompt p00002: reward 'ocr' needs a double-quoted target text",
+         write(PROMPTS, 'a sign that says "open"\na sign without text\n')),
+    Case("duplicate prompt ids", {"prompts": {"train": "prompts/bad.jsonl"}},
+         "prompts.train (prompts/bad.jsonl): line 3: duplicate prompt id 'sign' (first on line 1)",
+         write("prompts/bad.jsonl", jsonl({"id": "sign", "prompt": "a"}, {"id": "b", "prompt": "b"},
+                                          {"id": "sign", "prompt": "c"}))),
+    Case("prompt id with a path separator", {"prompts": {"train": "prompts/bad.jsonl"}},
+         "prompts.train (prompts/bad.jsonl): line 2: prompt id 'x/../../y' contains a path separator",
+         write("prompts/bad.jsonl", jsonl({"id": "a", "prompt": "a"}, {"id": "x/../../y", "prompt": "b"}))),
+    Case("prompt id '..'", {"prompts": {"eval": "prompts/bad.jsonl"}},
+         "prompts.eval (prompts/bad.jsonl): line 1: prompt id '..' contains '..'",
+         write("prompts/bad.jsonl", jsonl({"id": "..", "prompt": "a"}))),
+    # model.init_lora
+    Case("init LoRA folder without weights", {"model": {"init_lora": "lora"}},
+         f"model.init_lora: lora has no {LORA}", write("lora/README", "")),
+    Case("init LoRA of another rank", {"model": {"init_lora": "lora"}},
+         f"model.init_lora: lora/{LORA}: rank 4, but train.lora.rank is 8", init_lora(rank_4)),
+    Case("init LoRA on other targets", {"model": {"init_lora": "lora"}},
+         f"model.init_lora: lora/{LORA}: has no layers for train.lora.targets ff.net.0.proj, ff.net.2",
+         init_lora(attention_only)),
+    Case("init LoRA of another family (SD3)", {"model": {"init_lora": "lora"}},
+         f"model.init_lora: lora/{LORA}: no LoRA layers for the unet of model.family sd15 (its layers are for "
+         "transformer", init_lora(sd3_keys)),
+    Case("init LoRA of another architecture", {"model": {"init_lora": "lora"}},
+         f"model.init_lora: lora/{LORA}: layer down_blocks.0.attentions.0.transformer_blocks.0.attn2.to_k is 96 -> 32 "
+         "in the LoRA but 64 -> 32 in model.path", init_lora(wider_cross_attention)),
+]
+
+
+@pytest.mark.parametrize("case", PARSE_TIME, ids=[c.id for c in PARSE_TIME])
+def test_bad_config_stops_before_any_job(run, tiny_model, case):
+    if case.files:
+        case.files(run, tiny_model)
+    (run / "bad.yaml").write_text(yaml.safe_dump(case.config))
+    before = snapshot(run)
+    output = snakemake_fails(run, configfiles=("bad.yaml",))
+    assert case.message in output, output[-3000:]
+    assert "rule " not in output  # no job was even planned
+    assert snapshot(run) == before
+
+
+def test_malformed_yaml_stops_before_any_job(run):
+    """Snakemake reads --configfile itself, before the workflow's code runs: its message says what is
+    wrong, not which file (with one --configfile, the one given)."""
+    (run / "bad.yaml").write_text("train: {steps: 2\n")
+    before = snapshot(run)
+    output = snakemake_fails(run, configfiles=("bad.yaml",))
+    assert "Config file is not valid JSON or YAML" in output
+    assert snapshot(run) == before
+
+
+def test_fewer_iterations_than_results_hold_is_refused(run):
+    before = snapshot(run)
+    output = snakemake_fails(run, "--config", "iterations=1")
+    assert "iterations: 1, but results/ already holds iter_001 of a longer run; set iterations: 2" in output
+    assert snapshot(run) == before
+
+
+def test_concurrent_run_in_the_same_results_folder_is_refused(run):
+    """A second snakemake in the folder of a running one (stopped while it holds the lock) refuses to start;
+    the first then finishes as if alone."""
+    (run / "results/iter_001/grid.png").unlink()  # work for both runs: the grids job
+    cmd = [SNAKEMAKE, "-s", str(ROOT / "Snakefile"), "--directory", str(run), "--configfile", str(run / "test.yaml"),
+           "--cores", "1"]
+    first = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    lock = run / "results/.rewardloop.lock"
+    try:
+        deadline = time.monotonic() + 120
+        while lock.read_text().strip() != str(first.pid):
+            assert first.poll() is None and time.monotonic() < deadline, "the first run never took the lock"
+            time.sleep(0.1)
+        os.killpg(first.pid, signal.SIGSTOP)  # holds the lock, writes nothing while the second one tries
+        before = snapshot(run)
+        output = snakemake_fails(run)
+        assert f"results: another rewardloop run is active in this results folder (pid {first.pid})" in output
+        assert snapshot(run) == before
+    finally:
+        os.killpg(first.pid, signal.SIGCONT)
+    assert first.wait(timeout=300) == 0
+    assert (run / "results/iter_001/grid.png").is_file()
+
+
+# --- damaged artifacts: the stage that reads them names the file, the row or the sample --------------
+
+
+def garbage(path: Path) -> None:
+    path.write_bytes(b"PAR1 this is not a parquet file " * 10)
+
+
+def truncated(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def without_reward_column(path: Path) -> None:
+    table = pq.read_table(path)
+    pq.write_table(table.drop(["reward"]), path)
+
+
+def undecodable_image(path: Path) -> str:
+    from rewardloop.stages.common import to_arrow
+
+    table = pq.read_table(path).to_pandas()
+    table.at[1, "image"] = {"bytes": b"not a png", "path": table.sample_id[1] + ".png"}
+    pq.write_table(to_arrow(table), path)
+    return table.sample_id[1]
+
+
+def without_first_chosen_latents(path: Path) -> str:
+    from safetensors.numpy import load_file, save_file
+
+    chosen = pq.read_table(path.with_name("pairs.parquet")).column("chosen")[0].as_py()
+    tensors = load_file(str(path))
+    del tensors[f"latents/{chosen}"]
+    save_file(tensors, str(path))
+    return chosen
+
+
+STAGE_OUTPUT = {"score": "scores.parquet", "pairs": "pairs.parquet", "train": f"train/{LORA}"}
+DAMAGED = [
+    # (id, damaged file of iteration 0, damage (returns the damaged sample), the stage that reads it, message)
+    ("corrupt Parquet", "samples.parquet", garbage, "score",
+     "results/iter_000/samples.parquet: not a readable Parquet file"),
+    ("truncated Parquet", "scores.parquet", truncated, "pairs",
+     "results/iter_000/scores.parquet: not a readable Parquet file"),
+    ("Parquet without a column", "scores.parquet", without_reward_column, "pairs",
+     "results/iter_000/scores.parquet: missing column(s) reward"),
+    ("undecodable image", "samples.parquet", undecodable_image, "score",
+     "results/iter_000/samples.parquet: sample {sample}: image does not decode"),
+    ("latents missing a sample", "latents.safetensors", without_first_chosen_latents, "train",
+     "results/iter_000/latents.safetensors: has no tensor 'latents/{sample}'"),
+]
+
+
+@pytest.mark.parametrize("name, damaged, damage, stage, message", DAMAGED, ids=[d[0] for d in DAMAGED])
+def test_damaged_artifact_is_named_by_the_stage_reading_it(run, name, damaged, damage, stage, message):
+    sample = damage(run / "results/iter_000" / damaged)  # newer than the stage's outputs: the stage reruns
+    before = snapshot(run, skip=ATTEMPT_RECORDS)
+    output = snakemake_fails(run, f"results/iter_000/{STAGE_OUTPUT[stage]}")
+    assert message.format(sample=sample) in output, output[-3000:]
+    after = snapshot(run, skip=ATTEMPT_RECORDS)
+    redone = {f"iter_000/{STAGE_OUTPUT[stage]}", f"iter_000/metrics/{stage}.json"}
+    assert set(before) - set(after) == redone  # the failed job's outputs, removed by Snakemake, not half written
+    assert {k: v for k, v in before.items() if k not in redone} == after
+
+
+def test_unreachable_mlflow_server_does_not_stop_the_run(run):
+    """The special case: tracking is beside the loop, so the run goes on (exit 0), says so in the tracking
+    marker and log, and no stage artifact changes."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    overlay = yaml.safe_load((run / "test.yaml").read_text())
+    overlay["tracking"]["enabled"] = True
+    write_overlay(run, overlay)
+    before = snapshot(run, skip=ATTEMPT_RECORDS)
+    snakemake(run, "results/tracking/run.json", "results/iter_000/tracking.json",
+              env={"MLFLOW_TRACKING_URI": dead, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",
+                   "MLFLOW_HTTP_REQUEST_TIMEOUT": "3", "MLFLOW_DISABLE_TELEMETRY": "true"})
+    marker = json.loads((run / "results/iter_000/tracking.json").read_text())
+    assert marker["status"] == "failed" and "forcerun tracking_run" in marker["reason"], marker
+    assert dead.split("//")[1] in json.loads((run / "results/tracking/run.json").read_text())["reason"]
+    assert "tracking FAILED" in (run / "results/logs/tracking/run.log").read_text()
+    after = snapshot(run, skip=ATTEMPT_RECORDS)
+    assert set(after) - set(before) == {"tracking/run.json", "iter_000/tracking.json"}
+    assert {k: after[k] for k in before} == before
