@@ -126,35 +126,3 @@ def test_bad_config_stops_before_any_job(tmp_path, tiny_model, repo_root, bad, m
     assert result.returncode != 0
     assert message in result.stderr + result.stdout
     assert not (tmp_path / "results").exists()
-
-
-def test_kill_9_during_training_then_same_command_resumes(tmp_path, tiny_model, repo_root):
-    """SIGKILL the whole snakemake process group mid-training; the same command then finishes the
-    run, and training continues from its in-stage checkpoint instead of from step 0."""
-    import signal
-    import time
-
-    write_overlay(tmp_path, tiny_overlay(
-        tiny_model, iterations=1, generate={"prompts_per_iteration": 4, "images_per_prompt": 2, "steps": 2},
-        train={"steps": 400, "batch_size": 2, "checkpointing_steps": 5}, eval={"steps": 2},
-        tracking={"enabled": False}, resources={"threads": 1},
-    ))
-    cmd = [SNAKEMAKE, "-s", str(repo_root / "Snakefile"), "--directory", str(tmp_path), "--configfile",
-           str(tmp_path / "test.yaml"), "--cores", "1"]
-    state = tmp_path / "results/iter_000/train/state/state.safetensors"
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        deadline = time.time() + 300
-        while not state.exists() and time.time() < deadline:
-            time.sleep(0.5)
-        assert state.exists(), "training never wrote an in-stage checkpoint"
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    assert not (tmp_path / "results/iter_000/train/pytorch_lora_weights.safetensors").exists()
-    snakemake(tmp_path)
-    import json
-
-    metrics = json.loads((tmp_path / "results/iter_000/metrics/train.json").read_text())
-    assert metrics["resumed_from_step"] >= 5 and metrics["steps"] == 400
-    assert (tmp_path / "results/iter_000/eval.parquet").is_file()

@@ -125,8 +125,6 @@ class GRPOTrainer(PreferenceTrainer):
 
     def __init__(self, train_cfg: Mapping, transformer, uncond: tuple[torch.Tensor, torch.Tensor],
                  num_train_timesteps: int, data: RolloutData, seed: int, iteration: int):
-        if train_cfg["deterministic"]:
-            torch.use_deterministic_algorithms(True)
         self.updates = micro_batches(len(data), data.recorded_steps, train_cfg, seed, iteration)
         super().__init__({**train_cfg, "steps": len(self.updates)}, transformer, None, None, seed, iteration,
                          family=data.family)

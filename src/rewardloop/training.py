@@ -132,6 +132,8 @@ class PreferenceTrainer:
         from rewardloop.optimizers import (apply_gpu_switches, build_lr_scheduler, build_optimizer,
                                            effective_learning_rate)
 
+        if train_cfg.get("deterministic"):
+            torch.use_deterministic_algorithms(True)
         self.cfg = train_cfg
         self.seed, self.iteration = seed, iteration
         self.family = get_family(family)
