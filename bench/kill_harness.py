@@ -37,10 +37,12 @@ import pandas as pd
 import yaml
 
 from rewardloop.artifacts import benchmark_seconds
-from rewardloop.config import deep_merge
 from rewardloop.models import LORA_WEIGHTS
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+from workflow_helpers import tiny_overlay  # noqa: E402  (one tiny run config for tests and harness)
+
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 
 # The stages a kill aims at, and the rules that make them.
@@ -61,21 +63,11 @@ JOB_START = re.compile(r"^(?:local)?rule (\w+):$")
 JOB_END = re.compile(r"^Finished jobid: \d+ \(Rule: (\w+)\)$")
 
 
-def run_overlay(model_dir: Path, **sections) -> dict:
-    """A 2-iteration tiny run with MLflow tracking (sqlite in results/) and a train long enough
-    (60 steps, state saved every 10; a few seconds) that a kill can land between two checkpoints."""
-    base = {
-        "iterations": 2,
-        "model": {"path": str(model_dir), "build_tiny": False},
-        "prompts": {"train": str(ROOT / "resources/prompts/train.txt"),
-                    "eval": str(ROOT / "resources/prompts/eval.txt")},
-        "generate": {"prompts_per_iteration": 6, "images_per_prompt": 3, "steps": 4, "batch_size": 32},
-        "train": {"steps": 60, "batch_size": 4, "checkpointing_steps": 10},
-        "eval": {"seeds": [0], "steps": 4},
-        "tracking": {"enabled": True},
-        "resources": {"threads": 1},
-    }
-    return deep_merge(base, sections)
+def run_overlay(model_dir: Path) -> dict:
+    """The tests' 2-iteration tiny run, with MLflow tracking (sqlite in results/) and a train long
+    enough (60 steps, state saved every 10; a few seconds) that a kill can land between checkpoints."""
+    return tiny_overlay(model_dir, train={"steps": 60, "batch_size": 4, "checkpointing_steps": 10},
+                        tracking={"enabled": True}, resources={"threads": 1})
 
 
 def command(workdir: Path, cores: int = 2) -> list[str]:
