@@ -15,9 +15,12 @@ from rewardloop.families import EMPTY_PROMPT
 
 @contextlib.contextmanager
 def timed(metrics: dict, key: str) -> Iterator[None]:
-    started = time.perf_counter()
+    """``metrics[key]`` = seconds the block took; ``metrics["perf/spans"][key]`` = its [start, end] as
+    Unix times, so that a benchmark can tell which part of a run's wall time some job computed in."""
+    started, wall_start = time.perf_counter(), time.time()
     yield
     metrics[key] = round(time.perf_counter() - started, 3)
+    metrics.setdefault("perf/spans", {})[key] = [round(wall_start, 3), round(time.time(), 3)]
 
 
 def write_metrics(metrics: Mapping, path) -> None:
