@@ -102,6 +102,7 @@ def run_to_completion(workdir: Path, max_attempts: int = 3) -> int:
 class Kill:
     stage: str
     delay: float
+    occurrence: int = 0  # aim at the stage's job that starts (occurrence + 1)-th in the run
     fired: bool = False
     running: list[str] = field(default_factory=list)  # the jobs running at the kill
     train_state_step: int | None = None  # the in-stage checkpoint's step on disk after the kill
@@ -115,20 +116,24 @@ class Kill:
 
 
 def killed_run(workdir: Path, kill: Kill, timeout: float = 600) -> Kill:
-    """Start the command; SIGKILL its process group ``kill.delay`` s after a job of ``kill.stage``
-    starts. When the run ends before that (the stage is already done), the kill does not fire."""
+    """Start the command; SIGKILL its process group ``kill.delay`` s after the ``kill.occurrence``-th
+    job of ``kill.stage`` (counting from 0) starts, or for a mid-epoch kill after iteration
+    ``kill.occurrence``'s train saved a checkpoint. When the run ends first, the kill does not fire."""
     rules = STAGES.get(kill.stage, ())
     proc = subprocess.Popen(command(workdir), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=job_env(), start_new_session=True)
     running: list[str] = []
     started = threading.Event()
+    seen = [0]  # jobs of the stage started so far
 
     def follow() -> None:
         for line in proc.stdout:
             if m := JOB_START.match(line.strip()):
                 running.append(m.group(1))
                 if m.group(1) in rules:
-                    started.set()
+                    seen[0] += 1
+                    if seen[0] > kill.occurrence:
+                        started.set()
             elif m := JOB_END.match(line.strip()):
                 if m.group(1) in running:
                     running.remove(m.group(1))
@@ -138,7 +143,7 @@ def killed_run(workdir: Path, kill: Kill, timeout: float = 600) -> Kill:
     deadline = time.monotonic() + timeout
     while not started.is_set() and proc.poll() is None and time.monotonic() < deadline:
         started.wait(0.05)
-        if kill.stage == MID_TRAIN and saved_train_step(workdir):
+        if kill.stage == MID_TRAIN and saved_train_step(workdir, kill.occurrence):
             started.set()
     if started.is_set():
         end = time.monotonic() + kill.delay
@@ -164,11 +169,13 @@ def kill_group(proc: subprocess.Popen) -> bool:
         return False
 
 
-def saved_train_step(workdir: Path) -> int | None:
-    """The step of the in-stage checkpoint of an unfinished train (None when there is none)."""
+def saved_train_step(workdir: Path, iteration: int | None = None) -> int | None:
+    """The step of the in-stage checkpoint of an unfinished train, of ``iteration`` or any (None
+    when there is none)."""
     from safetensors import safe_open
 
-    for state in sorted(workdir.glob("results/iter_*/train/state/state.safetensors")):
+    pattern = "iter_*" if iteration is None else f"iter_{iteration:03d}"
+    for state in sorted(workdir.glob(f"results/{pattern}/train/state/state.safetensors")):
         if not (state.parents[1] / LORA_WEIGHTS).exists():
             with safe_open(str(state), "np") as fh:
                 return int(json.loads(fh.metadata()["rewardloop_state"])["step"])
@@ -191,26 +198,33 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def stage_durations(workdir: Path) -> dict[str, float]:
-    """The shortest job of each stage in a finished run (from Snakemake's benchmark files)."""
+def stage_jobs(workdir: Path) -> dict[str, list[float]]:
+    """Each stage's job durations in a finished run (from Snakemake's benchmark files)."""
     stage_of = {"advantages": "pairs", "run": "tracking"}  # benchmark file stem -> stage
-    durations: dict[str, float] = {}
+    jobs: dict[str, list[float]] = {}
     for tsv in (workdir / "results/benchmarks").rglob("*.tsv"):
         stage = stage_of.get(tsv.stem, tsv.stem)
         seconds = benchmark_seconds(tsv)
         if stage in STAGES and seconds:
-            durations[stage] = min(durations.get(stage, seconds), seconds)
-    return durations
+            jobs.setdefault(stage, []).append(seconds)
+    return jobs
 
 
-def plan_kills(count: int, durations: dict[str, float], seed: int) -> list[Kill]:
-    """``count`` kills cycling through the stages, each at a seeded random point of its job (within
-    90 % of the stage's shortest job, so that most land while that job still runs)."""
+def plan_kills(count: int, jobs: dict[str, list[float]], seed: int, first_job: bool = False) -> list[Kill]:
+    """``count`` kills cycling through the targets, each at a seeded one of the stage's jobs (say
+    iteration 1's export; with ``first_job``, the next one to start: for several kills in a row)
+    and a seeded point within 90 % of the stage's shortest job, so that most land while that job
+    still runs. Mid-epoch kills land within a second of a train's checkpoint."""
     rng = random.Random(seed)
-    # Mid-epoch kills land within the first second after a checkpoint (a train's steps take a few s).
-    durations = {**durations, MID_TRAIN: 1.0 / 0.9}
-    return [Kill(stage=(s := TARGETS[k % len(TARGETS)]), delay=round(rng.uniform(0.0, 0.9 * durations.get(s, 5.0)), 2))
-            for k in range(count)]
+    jobs = {**jobs, MID_TRAIN: [1.0 / 0.9] * len(jobs.get("train", [0]))}
+    kills = []
+    for k in range(count):
+        stage = TARGETS[k % len(TARGETS)]
+        durations = jobs.get(stage, [5.0])
+        occurrence = rng.randrange(len(durations))
+        kills.append(Kill(stage=stage, occurrence=0 if first_job else occurrence,
+                          delay=round(rng.uniform(0.0, 0.9 * min(durations)), 2)))
+    return kills
 
 
 def trial(workdir: Path, overlay: dict, kills: list[Kill]) -> tuple[list[Kill], int]:
@@ -253,11 +267,11 @@ def main() -> None:
     reference_dir = prepare(scratch / "reference", overlay)
     run_to_completion(reference_dir, max_attempts=1)
     reference = outcome(reference_dir, iterations)
-    durations = stage_durations(reference_dir)
+    jobs = stage_jobs(reference_dir)
     print(f"reference run: {time.perf_counter() - started:.0f} s; final LoRA sha256 {reference['final_lora'][:16]}")
-    print("stage job durations (s): " + ", ".join(f"{s} {d:.1f}" for s, d in durations.items()))
+    print("stage jobs (s): " + "; ".join(f"{s} " + " ".join(f"{d:.1f}" for d in sorted(ds)) for s, ds in jobs.items()))
 
-    kills = plan_kills(args.kills, durations, args.seed)
+    kills = plan_kills(args.kills, jobs, args.seed)
     per_trial = max(1, args.kills_per_trial)
     fired = identical = trials = 0
     by_stage: dict[str, list[int]] = {s: [0, 0] for s in TARGETS}  # stage -> [landed in it, identical]
@@ -274,7 +288,8 @@ def main() -> None:
                 by_stage[stage][1] += same
             where = ",".join(kill.running) if kill.fired else "(stage already done: no kill)"
             saved = f", train state on disk at step {kill.train_state_step}" if kill.train_state_step else ""
-            print(f"trial {trials:2d}: kill in {kill.stage:15s} +{kill.delay:5.2f} s, running [{where}]{saved}")
+            print(f"trial {trials:2d}: kill in {kill.stage:15s} job #{kill.occurrence} +{kill.delay:5.2f} s, "
+                  f"running [{where}]{saved}")
         resumed = resumed_trains(workdir)
         print(f"          rerun: {attempts} attempt(s); identical to the reference: {same}"
               + (f"; train resumed from step {resumed}" if resumed else ""))

@@ -51,8 +51,8 @@ def test_two_uninterrupted_runs_give_bit_identical_loras_and_eval(tmp_path, over
 
 def test_sigkill_in_every_stage_then_the_same_command_gives_the_same_result(tmp_path, overlay, reference):
     reference_dir, expected = reference
-    durations = harness.stage_durations(reference_dir)
-    kills = harness.plan_kills(len(harness.TARGETS), durations, seed=1)
+    jobs = harness.stage_jobs(reference_dir)
+    kills = harness.plan_kills(len(harness.TARGETS), jobs, seed=1, first_job=True)
     kills, attempts = harness.trial(tmp_path / "killed", overlay, kills)
     assert all(kill.fired for kill in kills), [(k.stage, k.running) for k in kills]
     hit = set().union(*(kill.stages_hit() for kill in kills))
