@@ -58,7 +58,9 @@ STAGES = {
 # Kill targets: a job of each stage from its start (process start, imports, model load included),
 # and a train that has saved an in-stage checkpoint (mid-epoch: the rerun must resume from it).
 MID_TRAIN = "train mid-epoch"
-TARGETS = ("generate", "score", "pairs", "train", MID_TRAIN, "export", "eval", "tracking")
+# (Mid-epoch before train: when several kills follow each other in one trial, a train kill that lands
+# after a checkpoint would leave a state behind that the mid-epoch kill could not tell from its own.)
+TARGETS = ("generate", "score", "pairs", MID_TRAIN, "train", "export", "eval", "tracking")
 JOB_START = re.compile(r"^(?:local)?rule (\w+):$")
 JOB_END = re.compile(r"^Finished jobid: \d+ \(Rule: (\w+)\)$")
 
@@ -120,6 +122,7 @@ def killed_run(workdir: Path, kill: Kill, timeout: float = 600) -> Kill:
     job of ``kill.stage`` (counting from 0) starts, or for a mid-epoch kill after iteration
     ``kill.occurrence``'s train saved a checkpoint. When the run ends first, the kill does not fire."""
     rules = STAGES.get(kill.stage, ())
+    since = time.time()
     proc = subprocess.Popen(command(workdir), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=job_env(), start_new_session=True)
     running: list[str] = []
@@ -143,7 +146,7 @@ def killed_run(workdir: Path, kill: Kill, timeout: float = 600) -> Kill:
     deadline = time.monotonic() + timeout
     while not started.is_set() and proc.poll() is None and time.monotonic() < deadline:
         started.wait(0.05)
-        if kill.stage == MID_TRAIN and saved_train_step(workdir, kill.occurrence):
+        if kill.stage == MID_TRAIN and "train" in running and saved_train_step(workdir, kill.occurrence, since):
             started.set()
     if started.is_set():
         end = time.monotonic() + kill.delay
@@ -169,14 +172,14 @@ def kill_group(proc: subprocess.Popen) -> bool:
         return False
 
 
-def saved_train_step(workdir: Path, iteration: int | None = None) -> int | None:
-    """The step of the in-stage checkpoint of an unfinished train, of ``iteration`` or any (None
-    when there is none)."""
+def saved_train_step(workdir: Path, iteration: int | None = None, since: float = 0.0) -> int | None:
+    """The step of the in-stage checkpoint of an unfinished train, of ``iteration`` or any, saved
+    after Unix time ``since`` (None when there is none)."""
     from safetensors import safe_open
 
     pattern = "iter_*" if iteration is None else f"iter_{iteration:03d}"
     for state in sorted(workdir.glob(f"results/{pattern}/train/state/state.safetensors")):
-        if not (state.parents[1] / LORA_WEIGHTS).exists():
+        if not (state.parents[1] / LORA_WEIGHTS).exists() and state.stat().st_mtime >= since:
             with safe_open(str(state), "np") as fh:
                 return int(json.loads(fh.metadata()["rewardloop_state"])["step"])
     return None
