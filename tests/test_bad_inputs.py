@@ -14,7 +14,6 @@ tracking details are in tests/test_tracking.py::test_unreachable_server_fails_so
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -30,7 +29,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from workflow_helpers import ROOT, SNAKEMAKE, snakemake, tiny_overlay, write_overlay
+from workflow_helpers import ROOT, SNAKEMAKE, file_digests, snakemake, tiny_overlay, write_overlay
 
 pytestmark = pytest.mark.workflow
 
@@ -65,12 +64,7 @@ def run(finished, tmp_path) -> Path:
 
 def snapshot(work: Path, skip: tuple[str, ...] = ()) -> dict[str, tuple[str, int]]:
     """{path under results/: (sha256, mtime_ns)} of every file, but those starting with ``skip``."""
-    results = work / "results"
-    return {
-        rel: (hashlib.sha256(path.read_bytes()).hexdigest(), path.stat().st_mtime_ns)
-        for path in sorted(results.rglob("*"))
-        if path.is_file() and not (rel := str(path.relative_to(results))).startswith(skip)
-    }
+    return file_digests(work / "results", skip)
 
 
 def snakemake_fails(work: Path, *args: str, configfiles: tuple[str, ...] = (), env: dict | None = None) -> str:

@@ -6,7 +6,6 @@ kill aimed at each stage, against an uninterrupted reference run of the same con
 
 from __future__ import annotations
 
-import hashlib
 import re
 import shutil
 import subprocess
@@ -17,6 +16,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import kill_harness as harness  # noqa: E402
+from workflow_helpers import file_digests  # noqa: E402
 
 pytestmark = pytest.mark.workflow
 
@@ -35,9 +35,8 @@ def reference(tmp_path_factory, overlay):
 
 
 def snapshot(folder: Path) -> dict[str, str]:
-    """sha256 of every file under ``folder`` (what "no earlier artifact changed" compares)."""
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file() and p.name != ".rewardloop.lock"}  # lock: pid
+    """sha256 of every file under ``folder`` but the run lock (it holds a pid)."""
+    return file_digests(folder, skip=(".rewardloop.lock",), mtime=False)
 
 
 def test_two_uninterrupted_runs_give_bit_identical_loras_and_eval(tmp_path, overlay, reference):

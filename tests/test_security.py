@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from workflow_helpers import ROOT, SNAKEMAKE, snakemake, tiny_overlay, write_overlay
+from workflow_helpers import ROOT, SNAKEMAKE, file_digests, snakemake, tiny_overlay, write_overlay
 
 REWARDLOOP = str(Path(sys.executable).with_name("rewardloop"))
 
@@ -80,7 +80,7 @@ def test_planted_secrets_end_up_in_no_file_and_no_output(tmp_path, tiny_model):
         generate={"prompts_per_iteration": 2, "images_per_prompt": 2, "steps": 2},
         train={"steps": 1, "batch_size": 1, "checkpointing_steps": 1}, eval={"steps": 2}, resources={"threads": 1},
     ))
-    model_before = snapshot_files(tiny_model)
+    model_before = file_digests(tiny_model)
     outside_before = sorted(p.name for p in tmp_path.iterdir())
     result = snakemake(work, env={**planted, "MLFLOW_DISABLE_TELEMETRY": "true"})
     assert json.loads((work / "results/tracking/run.json").read_text())["status"] == "ok"
@@ -93,11 +93,7 @@ def test_planted_secrets_end_up_in_no_file_and_no_output(tmp_path, tiny_model):
     # and the run wrote only under results/ (and Snakemake's own .snakemake/)
     assert {p.relative_to(work).parts[0] for p in files} == {"results", ".snakemake", "prompts", "test.yaml"}
     assert sorted(p.name for p in tmp_path.iterdir()) == outside_before
-    assert snapshot_files(tiny_model) == model_before
-
-
-def snapshot_files(folder: Path) -> dict[str, tuple[int, int]]:
-    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*") if p.is_file()}
+    assert file_digests(tiny_model) == model_before
 
 
 # --- no eval/exec, no unsafe deserialisation -----------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -45,3 +46,15 @@ def snakemake(workdir: Path, *args: str, env: dict | None = None, cores: int = 2
         logs = "\n".join(f"== {p}\n{p.read_text()[-3000:]}" for p in sorted(Path(workdir).glob("results/logs/**/*.log")))
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{result.stderr[-5000:]}\n{logs}")
     return result
+
+
+def file_digests(folder: Path, skip: tuple[str, ...] = (), mtime: bool = True) -> dict:
+    """{path under ``folder``: (sha256, mtime_ns)} (sha256 only with ``mtime=False``) of every file
+    but those whose relative path starts with ``skip``: what "no earlier artifact changed" compares."""
+    digests = {}
+    for path in sorted(Path(folder).rglob("*")):
+        rel = str(path.relative_to(folder))
+        if path.is_file() and not rel.startswith(skip):
+            sha = hashlib.sha256(path.read_bytes()).hexdigest()
+            digests[rel] = (sha, path.stat().st_mtime_ns) if mtime else sha
+    return digests

@@ -59,12 +59,13 @@ class OutOfSpaceError(ArtifactError):
 _OUT_OF_SPACE = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
 
 
-def _out_of_space(exc: BaseException) -> bool:
-    """True for a full disk, ``ulimit -f`` or a quota, also when a library wrapped the OSError
-    (pyarrow and safetensors report it in their own exception types, with the errno text)."""
+def _out_of_space_reason(exc: BaseException) -> str | None:
+    """The errno text ("File too large", ...) of a full disk, ``ulimit -f`` or a quota, also when a
+    library wrapped the OSError (pyarrow and safetensors raise their own types, with the errno
+    text); None for any other failure."""
     if isinstance(exc, OSError) and exc.errno in _OUT_OF_SPACE:
-        return True
-    return any(os.strerror(code) in str(exc) for code in _OUT_OF_SPACE)
+        return os.strerror(exc.errno)
+    return next((os.strerror(c) for c in _OUT_OF_SPACE if os.strerror(c) in str(exc)), None)
 
 
 @contextlib.contextmanager
@@ -73,9 +74,9 @@ def _writing(path: Path) -> Iterator[None]:
     try:
         yield
     except Exception as exc:
-        if not _out_of_space(exc):
+        reason = _out_of_space_reason(exc)
+        if reason is None:
             raise
-        reason = next((os.strerror(c) for c in _OUT_OF_SPACE if os.strerror(c) in str(exc)), str(exc))
         raise OutOfSpaceError(
             f"{path}: could not be written ({reason}): the disk is full, or a file size limit "
             "(ulimit -f) or quota was reached; nothing was replaced and earlier artifacts are intact"
