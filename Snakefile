@@ -2,7 +2,7 @@
 # Each iteration it: generate -> score -> pairs | advantages -> train -> export (= model(it)); eval beside.
 # Usage: snakemake --cores 2 [--configfile configs/<recipe>.yaml] [--config iterations=5]
 
-from rewardloop import runlock
+from rewardloop import runlock, warm
 from rewardloop.artifacts import remove_stale_temps
 from rewardloop.config import check_existing_iterations
 from rewardloop.config import validate as validate_config
@@ -29,6 +29,8 @@ if needs_hf_token(config["model"]):
         "HF_TOKEN",
 
 
+WARM = []  # the warm worker of this run, once onstart launched it
+
 # One run per results folder, taken when jobs are about to run (not for -n or --lint) and
 # released by the kernel however this process ends (see src/rewardloop/runlock.py). Holding it,
 # before any job starts, remove the temp files that killed jobs left (artifacts are renamed into
@@ -38,6 +40,19 @@ onstart:
     stale = remove_stale_temps("results")
     if stale:
         print(f"rewardloop: removed {stale} temp file(s) left by killed jobs under results/")
+    # Local jobs run in forks of one worker that imported torch & co once (src/rewardloop/warm.py).
+    if config["warm_start"] and workflow.local_exec:
+        WARM.append(warm.start("results/logs/warm_worker.log"))
+
+
+onsuccess:
+    for worker in WARM:
+        warm.stop(worker)
+
+
+onerror:
+    for worker in WARM:
+        warm.stop(worker)
 
 
 include: "rules/common.smk"

@@ -5,8 +5,10 @@ Runs the real `snakemake --cores 2` on config.yaml in a scratch folder (nothing 
 - the tiny model build (goal <= 5 min on 2 cores),
 - the 3 iterations after it (goal <= 4 min),
 - the share of the iterations' job time spent outside stage compute (process start, imports,
-  model loading, file I/O; goal <= 30 %).
-Usage: python bench/bench_default_run.py [--model DIR] [--keep DIR] [--keep-model DIR]
+  model loading, file I/O; goal <= 30 %), and of their wall time with no job computing.
+With --also-cold it then runs the 3 iterations again on the same model with `warm_start: false`
+(every job imports torch & co itself) and prints the ratios of the two in this one run.
+Usage: python bench/bench_default_run.py [--model DIR] [--keep DIR] [--keep-model DIR] [--also-cold]
 (--model reuses a built tiny model; --keep-model copies the one this run built)
 """
 
@@ -19,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -61,53 +64,81 @@ def covered_seconds(spans: list[tuple[float, float]], start: float, end: float) 
     return covered
 
 
+@dataclass
+class LoopFigures:
+    """The 3 iterations (with their evals) of one run."""
+
+    wall: float  # seconds from after the build to the end of the run
+    job_time: float  # summed Snakemake benchmark seconds of their jobs
+    compute: float  # summed stage compute inside those jobs
+    computing: float  # seconds of the wall time during which at least one job computes
+    evals: list[float]
+
+    def report(self, label: str) -> None:
+        print(f"3 iterations (+ evals): {self.wall:7.1f} s wall (goal <= 240 s){label}")
+        print(f"  sum of job times    : {self.job_time:7.1f} s, of which stage compute {self.compute:.1f} s")
+        print(f"  outside compute     : {1 - self.compute / self.job_time:7.1%} of job time (goal <= 30 %)")
+        print(f"  no job computing    : {1 - self.computing / self.wall:7.1%} of the iterations' wall time "
+              f"({self.wall - self.computing:.1f} of {self.wall:.1f} s; eval runs beside the loop)")
+        print("eval/reward/mean      : " + "  ".join(f"{v:.4f}" for v in self.evals) + "  (base, iter 0, 1, 2)")
+
+
+def run_workflow(work: Path, overlay: dict) -> tuple[float, float, float]:
+    """Run snakemake on config.yaml + ``overlay`` in ``work``: (seconds, start, end Unix time)."""
+    snakemake = str(Path(sys.executable).with_name("snakemake"))
+    (work / "overlay.yaml").write_text(yaml.safe_dump(overlay))
+    started, wall_start = time.perf_counter(), time.time()
+    subprocess.run([snakemake, "-s", str(ROOT / "Snakefile"), "--directory", str(work), "--configfile",
+                    str(work / "overlay.yaml"), "--cores", "2", "--quiet"], check=True)
+    return time.perf_counter() - started, wall_start, time.time()
+
+
+def loop_figures(results: Path, total: float, wall_start: float, wall_end: float, build: float) -> LoopFigures:
+    job_time = job_seconds(results, "iter_*/*.tsv") + job_seconds(results, "base/*.tsv")
+    # The iterations' wall window: after the build (its job time) to the end of the run.
+    computing = covered_seconds(compute_spans(results), wall_start + build, wall_end)
+    evals = [json.loads((results / p / "metrics/eval.json").read_text())["eval/reward/mean"]
+             for p in ["base"] + sorted(d.name for d in results.glob("iter_*"))]
+    return LoopFigures(total - build, job_time, compute_seconds(results), computing, evals)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--model", help="reuse this built tiny model instead of building one")
     parser.add_argument("--keep", help="copy the run's results/ folder here (for figures)")
     parser.add_argument("--keep-model", help="copy the built tiny model here (for other benchmarks)")
+    parser.add_argument("--also-cold", action="store_true",
+                        help="then run the iterations again with warm_start: false and compare")
     args = parser.parse_args()
-    snakemake = str(Path(sys.executable).with_name("snakemake"))
     with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
-        overlay = {"prompts": {"train": str(ROOT / "resources/prompts/train.txt"),
-                               "eval": str(ROOT / "resources/prompts/eval.txt")}}
-        if args.model:
-            overlay["model"] = {"path": args.model, "build_tiny": False}
-        else:
-            overlay["model"] = {"path": str(work / "tiny-sd15")}
-        (work / "overlay.yaml").write_text(yaml.safe_dump(overlay))
-        started = time.perf_counter()
-        wall_start = time.time()
-        subprocess.run([snakemake, "-s", str(ROOT / "Snakefile"), "--directory", str(work), "--configfile",
-                        str(work / "overlay.yaml"), "--cores", "2", "--quiet"], check=True)
-        total = time.perf_counter() - started
-        wall_end = time.time()
+        work = Path(tmp) / "warm"
+        work.mkdir()
+        prompts = {"train": str(ROOT / "resources/prompts/train.txt"), "eval": str(ROOT / "resources/prompts/eval.txt")}
+        model = args.model or str(work / "tiny-sd15")
+        overlay = {"prompts": prompts, "model": {"path": model, "build_tiny": not args.model}}
+        total, wall_start, wall_end = run_workflow(work, overlay)
         results = work / "results"
         build = job_seconds(results, "build_tiny_model.tsv")
-        iteration_jobs = job_seconds(results, "iter_*/*.tsv") + job_seconds(results, "base/*.tsv")
-        compute = compute_seconds(results)
-        # The iterations' wall window: after the build (its job time) to the end of the run.
-        spans = compute_spans(results)
-        window_start = wall_start + build
-        computing = covered_seconds(spans, window_start, wall_end)
-        evals = [json.loads((results / p / "metrics/eval.json").read_text())["eval/reward/mean"]
-                 for p in ["base"] + sorted(d.name for d in results.glob("iter_*"))]
+        warm = loop_figures(results, total, wall_start, wall_end, build)
         if args.keep:
             shutil.copytree(results, args.keep, dirs_exist_ok=True)
         if args.keep_model and not args.model:
             shutil.copytree(work / "tiny-sd15", args.keep_model, dirs_exist_ok=True)
-    loop = total - build
+        cold = None
+        if args.also_cold:
+            cold_work = Path(tmp) / "cold"
+            cold_work.mkdir()
+            cold_overlay = {**overlay, "model": {"path": model, "build_tiny": False}, "warm_start": False}
+            cold = loop_figures(cold_work / "results", *run_workflow(cold_work, cold_overlay), build=0.0)
     if args.model:
         print(f"tiny model build      : reused {args.model} (run without --model to time the build)")
     else:
         print(f"tiny model build      : {build:7.1f} s (goal <= 300 s)")
-    print(f"3 iterations (+ evals): {loop:7.1f} s wall (goal <= 240 s)")
-    print(f"  sum of job times    : {iteration_jobs:7.1f} s, of which stage compute {compute:.1f} s")
-    print(f"  outside compute     : {1 - compute / iteration_jobs:7.1%} of job time (goal <= 30 %)")
-    print(f"  no job computing    : {1 - computing / loop:7.1%} of the iterations' wall time "
-          f"({loop - computing:.1f} of {loop:.1f} s; eval runs beside the loop)")
-    print("eval/reward/mean      : " + "  ".join(f"{v:.4f}" for v in evals) + "  (base, iter 0, 1, 2)")
+    warm.report("  [warm_start: true, the default]")
+    if cold:
+        cold.report("  [warm_start: false]")
+        print(f"warm vs cold          : wall {cold.wall / warm.wall:.2f}x faster, job time "
+              f"{cold.job_time / warm.job_time:.2f}x less, eval identical: {cold.evals == warm.evals}")
 
 
 if __name__ == "__main__":

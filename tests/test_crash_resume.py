@@ -39,10 +39,18 @@ def snapshot(folder: Path) -> dict[str, str]:
     return file_digests(folder, skip=(".rewardloop.lock",), mtime=False)
 
 
-def test_two_uninterrupted_runs_give_bit_identical_loras_and_eval(tmp_path, overlay, reference):
-    _, expected = reference
-    workdir = harness.prepare(tmp_path / "again", overlay)
+def ran_in_warm_worker(workdir: Path) -> set[str]:
+    """The jobs (log files) that ran in a fork of the warm worker (snakemake_job.job says so)."""
+    logs = (workdir / "results/logs").rglob("*.log")
+    return {str(log.relative_to(workdir)) for log in logs if "of the warm worker" in log.read_text()}
+
+
+def test_two_uninterrupted_runs_warm_and_cold_give_bit_identical_loras_and_eval(tmp_path, overlay, reference):
+    reference_dir, expected = reference
+    assert any("train.log" in log for log in ran_in_warm_worker(reference_dir))  # warm_start: the default
+    workdir = harness.prepare(tmp_path / "again", {**overlay, "warm_start": False})
     harness.run_to_completion(workdir, max_attempts=1)
+    assert not ran_in_warm_worker(workdir)  # every job imported its own libraries
     again = harness.outcome(workdir, overlay["iterations"])
     assert again["loras"] == expected["loras"]
     assert again["final_eval"].equals(expected["final_eval"])
@@ -85,7 +93,9 @@ def test_stale_temps_of_killed_jobs_are_removed_and_never_read(tmp_path, referen
     assert not stale_file.exists() and not stale_dir.exists()
     after = snapshot(workdir / "results")
     changed = {k for k in before if before[k] != after.get(k)}
-    assert changed <= {"report/config.yaml", "benchmarks/report/config.tsv", "logs/report/config.log"}, changed
+    # (and the warm worker's log: one line per run)
+    assert changed <= {"report/config.yaml", "benchmarks/report/config.tsv", "logs/report/config.log",
+                       "logs/warm_worker.log"}, changed
 
 
 def test_a_full_disk_fails_the_stage_clearly_and_keeps_earlier_artifacts(tmp_path, reference):

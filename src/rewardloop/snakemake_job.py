@@ -8,7 +8,7 @@ import os
 import sys
 import traceback
 
-from rewardloop import gpu_slots
+from rewardloop import gpu_slots, warm
 
 
 @contextlib.contextmanager
@@ -16,7 +16,9 @@ def job(snakemake):
     """``with job(snakemake): stage.run(...)`` with stdout/stderr in ``log[0]``.
 
     A local job that asks for GPUs (resource ``gpu``) sees only GPUs of its own (see gpu_slots).
+    With warm start on, the job runs in a fork of the run's warm worker instead (see warm.py).
     """
+    warm.delegate()  # exits with the job's exit code when the warm worker ran it
     log_path = snakemake.log[0] if snakemake.log else None
     stream = open(log_path, "a", buffering=1) if log_path else None
     saved = sys.stdout, sys.stderr
@@ -24,6 +26,8 @@ def job(snakemake):
         sys.stdout = sys.stderr = stream
     try:
         gpu_locks = gpu_slots.assign(int(getattr(snakemake.resources, "gpu", 0) or 0))
+        if warm.in_worker():
+            print(f"rewardloop: running in a fork (pid {os.getpid()}) of the warm worker", flush=True)
         if gpu_locks:
             print(f"CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']}", flush=True)
         yield
