@@ -40,8 +40,9 @@ onstart:
     stale = remove_stale_temps("results")
     if stale:
         print(f"rewardloop: removed {stale} temp file(s) left by killed jobs under results/")
-    # Local jobs run in forks of one worker that imported torch & co once (src/rewardloop/warm.py).
-    if config["warm_start"] and workflow.local_exec:
+    # Local jobs run in forks of one worker that imported torch & co once (src/rewardloop/warm.py);
+    # not on a cluster, nor with --sdm conda/apptainer (the jobs' Python is another one).
+    if config["warm_start"] and workflow.local_exec and not workflow.deployment_settings.deployment_method:
         WARM.append(warm.start("results/logs/warm_worker.log"))
 
 
