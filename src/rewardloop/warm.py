@@ -64,6 +64,7 @@ PER_JOB_VARIABLES = frozenset(THREAD_VARIABLES + ("TMPDIR", "TEMP", "TEMPDIR", "
                                                   "PWD", "OLDPWD"))
 
 _IN_WORKER = False  # True in a worker's child: its job() must run the job, not delegate it again
+FIRST_REPLY_TIMEOUT_S = 300
 _HEADER = struct.Struct("!I")
 _MAX_REQUEST = 1 << 24
 
@@ -115,8 +116,13 @@ def _run_remotely(conn: socket.socket) -> int:
     }
     payload = json.dumps(request).encode()
     socket.send_fds(conn, [_HEADER.pack(len(payload)) + payload], [0, 1, 2])
+    conn.settimeout(FIRST_REPLY_TIMEOUT_S)  # it waits while the worker still imports, at the run's start
     replies = conn.makefile("r", encoding="utf-8")
-    first = replies.readline()  # waits while the worker is still importing, at the run's start
+    try:
+        first = replies.readline()
+    except TimeoutError:
+        raise _Refused(f"no answer within {FIRST_REPLY_TIMEOUT_S} s") from None
+    conn.settimeout(None)  # then as long as the job runs
     if first.startswith("refused "):
         raise _Refused(first[len("refused "):].strip())
     if not first.startswith("started "):
@@ -294,7 +300,7 @@ def _run_child(conn: socket.socket, listener: socket.socket, request: dict, fds:
         _take_environment(request["env"])
         sys.argv = list(request["argv"])
         sys.path[0] = os.path.dirname(request["script"])
-        conn.sendall(f"started {os.getpid()}\n".encode())
+        conn.sendall(f"started {os.getpid()}\n".encode())  # fails when the job process gave up waiting
         threading.Thread(target=_die_with_job, args=(conn,), daemon=True).start()
         code = _run_script(request["script"])
         sys.stdout.flush()
