@@ -115,19 +115,26 @@ def _run_remotely(conn: socket.socket) -> int:
         "umask": _current_umask(),
     }
     payload = json.dumps(request).encode()
-    socket.send_fds(conn, [_HEADER.pack(len(payload)) + payload], [0, 1, 2])
-    conn.settimeout(FIRST_REPLY_TIMEOUT_S)  # it waits while the worker still imports, at the run's start
+    message = _HEADER.pack(len(payload)) + payload
     replies = conn.makefile("r", encoding="utf-8")
     try:
+        sent = socket.send_fds(conn, [message], [0, 1, 2])
+        conn.sendall(message[sent:])
+        conn.settimeout(FIRST_REPLY_TIMEOUT_S)  # it waits while the worker still imports, at the run's start
         first = replies.readline()
     except TimeoutError:
         raise _Refused(f"no answer within {FIRST_REPLY_TIMEOUT_S} s") from None
-    conn.settimeout(None)  # then as long as the job runs
+    except OSError as exc:
+        raise _Refused(f"the connection failed ({exc})") from None
     if first.startswith("refused "):
         raise _Refused(first[len("refused "):].strip())
     if not first.startswith("started "):
         raise _Refused("the worker closed the connection")
-    last = replies.readline()
+    conn.settimeout(None)  # from here on the fork runs the job: wait as long as it takes
+    try:
+        last = replies.readline()
+    except OSError:
+        last = ""
     if last.startswith("exit "):
         return int(last.split()[1])
     print(f"rewardloop: the warm worker's child for this job (pid {first.split()[1]}) died without an "
