@@ -262,7 +262,8 @@ def main() -> None:
     if model is None:
         from rewardloop.tiny_sd15 import build_tiny_sd15
 
-        model = build_tiny_sd15(scratch / "tiny-sd15", seed=0, vae_steps=40, unet_steps=60, progress=False)
+        model = scratch / "tiny-sd15"
+        build_tiny_sd15(model, seed=0, vae_steps=40, unet_steps=60, progress=False)  # returns its stats
     overlay = run_overlay(model)
     iterations = overlay["iterations"]
 
