@@ -158,3 +158,16 @@ def alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return "\nState:\tZ" not in state  # a zombie is dead, only not yet reaped
+
+
+def test_socket_folders_of_killed_runs_are_removed_and_a_live_runs_kept(tmp_path, monkeypatch):
+    monkeypatch.setattr(warm.tempfile, "tempdir", str(tmp_path))
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()  # a pid that has exited
+    stale = tmp_path / f"{warm.FOLDER_PREFIX}{dead}-abc123"
+    live = tmp_path / f"{warm.FOLDER_PREFIX}{os.getpid()}-def456"
+    for folder in (stale, live):
+        folder.mkdir()
+        (folder / warm.SOCKET_NAME).touch()
+    assert warm.remove_folders_of_dead_runs() == 1
+    assert not stale.exists() and live.exists()

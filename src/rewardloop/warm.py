@@ -42,6 +42,7 @@ from pathlib import Path
 
 SOCKET_ENV = "REWARDLOOP_WARM_SOCKET"
 SOCKET_NAME = "worker.sock"
+FOLDER_PREFIX = "rewardloop-warm-"  # + the pid of the Snakemake process whose run it serves
 
 # Imported once by the worker: what the model, score, train and tracking jobs import. Optional
 # ones (a reward's extra) are skipped when missing; a job imports whatever else it needs itself.
@@ -161,8 +162,13 @@ class WarmWorker:
 def start(log_path: str | os.PathLike, wait_s: float = 10.0) -> WarmWorker | None:
     """Launch the worker for this (Snakemake) process and point its jobs at it (``SOCKET_ENV``).
 
-    Returns None, after saying why, when it cannot listen (jobs then import their own libraries)."""
-    folder = Path(tempfile.mkdtemp(prefix="rewardloop-warm-"))  # 0700: only this user
+    Returns None, after saying why, when it cannot listen (jobs then import their own libraries),
+    and on systems other than Linux (forking a process that imported torch is not safe on macOS)."""
+    if sys.platform != "linux":
+        print("rewardloop: warm start runs on Linux only; each job imports its own libraries")
+        return None
+    remove_folders_of_dead_runs()
+    folder = Path(tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{os.getpid()}-"))  # 0700: only this user
     sock = folder / SOCKET_NAME
     os.environ[SOCKET_ENV] = str(sock)  # before the launch: the worker's environment equals the jobs'
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
@@ -181,6 +187,32 @@ def start(log_path: str | os.PathLike, wait_s: float = 10.0) -> WarmWorker | Non
         print(f"rewardloop: warm worker did not start (see {log_path}); each job imports its own libraries")
         return None
     return WarmWorker(process, folder)
+
+
+def remove_folders_of_dead_runs() -> int:
+    """Delete the socket folders that runs killed with SIGKILL left in the temp folder (the folder
+    names the Snakemake pid; a live run's stays). Returns how many."""
+    removed = 0
+    for folder in Path(tempfile.gettempdir()).glob(f"{FOLDER_PREFIX}*-*"):
+        pid = folder.name[len(FOLDER_PREFIX):].split("-")[0]
+        try:
+            mine = folder.stat().st_uid == os.getuid()
+        except OSError:
+            continue
+        if mine and pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed += 1
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def stop(worker: WarmWorker | None) -> None:
