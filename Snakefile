@@ -29,8 +29,6 @@ if needs_hf_token(config["model"]):
         "HF_TOKEN",
 
 
-WARM = []  # the warm worker of this run, once onstart launched it
-
 # One run per results folder, taken when jobs are about to run (not for -n or --lint) and
 # released by the kernel however this process ends (see src/rewardloop/runlock.py). Holding it,
 # before any job starts, remove the temp files that killed jobs left (artifacts are renamed into
@@ -43,17 +41,15 @@ onstart:
     # Local jobs run in forks of one worker that imported torch & co once (src/rewardloop/warm.py);
     # not on a cluster, nor with --sdm conda/apptainer (the jobs' Python is another one).
     if config["warm_start"] and workflow.local_exec and not workflow.deployment_settings.deployment_method:
-        WARM.append(warm.start("results/logs/warm_worker.log"))
+        warm.start("results/logs/warm_worker.log")
 
 
 onsuccess:
-    for worker in WARM:
-        warm.stop(worker)
+    warm.stop()
 
 
 onerror:
-    for worker in WARM:
-        warm.stop(worker)
+    warm.stop()
 
 
 include: "rules/common.smk"

@@ -21,7 +21,7 @@ from rewardloop import warm
 
 # A job script as the Snakemake script directive would run it: job() first, the stage inside.
 PROBE = textwrap.dedent("""
-    import json, os, sys, tempfile, time
+    import json, os, pathlib, sys, tempfile, time
     preloaded = "torch" in sys.modules  # only a fork of the warm worker has torch before any import
     from types import SimpleNamespace
     from rewardloop.snakemake_job import job
@@ -30,8 +30,7 @@ PROBE = textwrap.dedent("""
     with job(snakemake):
         import torch
         if sys.argv[1] == "sleep":
-            Path = __import__("pathlib").Path
-            Path(sys.argv[2]).write_text(str(os.getpid()))
+            pathlib.Path(sys.argv[2]).write_text(str(os.getpid()))
             time.sleep(120)
         print(json.dumps({"preloaded": preloaded, "pid": os.getpid(), "cwd": os.getcwd(), "argv": sys.argv[1:],
                           "tmp": tempfile.gettempdir(), "threads": torch.get_num_threads(),

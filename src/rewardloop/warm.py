@@ -1,6 +1,6 @@
 """Warm start: run each local Snakemake job in a fork of one worker that imported the libraries once.
 
-On 2 CPU cores a model job spends ~4 s importing torch, diffusers, transformers and peft before
+On 2 CPU cores a model job spends ~5 s importing torch, diffusers, transformers and peft before
 its first step, more than the tiny model's stage work in some stages. When a local run starts
 (Snakefile ``onstart``, config ``warm_start``), ``start`` launches ``python -m rewardloop.warm``:
 it listens on a Unix socket in a private temp folder, imports those libraries, and then forks one
@@ -65,6 +65,7 @@ PER_JOB_VARIABLES = frozenset(THREAD_VARIABLES + ("TMPDIR", "TEMP", "TEMPDIR", "
                                                   "PWD", "OLDPWD"))
 
 _IN_WORKER = False  # True in a worker's child: its job() must run the job, not delegate it again
+_started: WarmWorker | None = None  # the worker this (Snakemake) process launched
 FIRST_REPLY_TIMEOUT_S = 300
 _HEADER = struct.Struct("!I")
 _MAX_REQUEST = 1 << 24
@@ -160,7 +161,8 @@ class WarmWorker:
 
 
 def start(log_path: str | os.PathLike, wait_s: float = 10.0) -> WarmWorker | None:
-    """Launch the worker for this (Snakemake) process and point its jobs at it (``SOCKET_ENV``).
+    """Launch the worker for this (Snakemake) process and point its jobs at it (``SOCKET_ENV``);
+    ``stop()`` ends it.
 
     Returns None, after saying why, when it cannot listen (jobs then import their own libraries),
     and on systems other than Linux (forking a process that imported torch is not safe on macOS)."""
@@ -186,7 +188,9 @@ def start(log_path: str | os.PathLike, wait_s: float = 10.0) -> WarmWorker | Non
         del os.environ[SOCKET_ENV]
         print(f"rewardloop: warm worker did not start (see {log_path}); each job imports its own libraries")
         return None
-    return WarmWorker(process, folder)
+    global _started
+    _started = WarmWorker(process, folder)
+    return _started
 
 
 def remove_folders_of_dead_runs() -> int:
@@ -207,16 +211,21 @@ def remove_folders_of_dead_runs() -> int:
 
 def _alive(pid: int) -> bool:
     try:
-        os.kill(pid, 0)
+        os.kill(pid, 0)  # PermissionError: alive, another user's
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
+        pass
     return True
 
 
-def stop(worker: WarmWorker | None) -> None:
-    """End the worker (jobs it already forked run on: they belong to their job processes)."""
+def stop(worker: WarmWorker | None = None) -> None:
+    """End ``worker``, by default the one ``start`` launched, if any (jobs it already forked run on:
+    they belong to their job processes)."""
+    global _started
+    worker = worker or _started
+    if worker is _started:
+        _started = None
     if worker is None:
         return
     os.environ.pop(SOCKET_ENV, None)
@@ -282,8 +291,7 @@ def _answer(conn: socket.socket, listener: socket.socket, environment: dict, add
             conn.sendall(f"refused {reason}\n".encode())
             return
         if os.fork() == 0:
-            request["env"] = {**request["env"], **added_by_imports}
-            _run_child(conn, listener, request, fds)  # never returns
+            _run_child(conn, listener, request, fds, added_by_imports)  # never returns
     except OSError as exc:
         print(f"warm worker: {exc}", file=sys.stderr, flush=True)
     finally:
@@ -325,7 +333,8 @@ def _refusal(conn: socket.socket, request: dict, environment: dict) -> str | Non
     return None
 
 
-def _run_child(conn: socket.socket, listener: socket.socket, request: dict, fds: list[int]) -> None:
+def _run_child(conn: socket.socket, listener: socket.socket, request: dict, fds: list[int],
+               added_by_imports: dict) -> None:
     """In the forked child: become the job (streams, cwd, argv), run its script, report the exit code."""
     global _IN_WORKER
     _IN_WORKER = True
@@ -336,7 +345,7 @@ def _run_child(conn: socket.socket, listener: socket.socket, request: dict, fds:
             os.dup2(fd, target)
         os.chdir(request["cwd"])
         os.umask(request["umask"])
-        _take_environment(request["env"])
+        _take_environment(request["env"], added_by_imports)
         sys.argv = list(request["argv"])
         sys.path[0] = os.path.dirname(request["script"])
         conn.sendall(f"started {os.getpid()}\n".encode())  # fails when the job process gave up waiting
@@ -351,10 +360,11 @@ def _run_child(conn: socket.socket, listener: socket.socket, request: dict, fds:
         os._exit(code)
 
 
-def _take_environment(env: dict) -> None:
-    """The job's environment, and what the imports read from it at start-up: temp folder, threads."""
+def _take_environment(env: dict, added_by_imports: dict) -> None:
+    """The job's environment (plus what the preloaded imports set, as they would have in the job),
+    and what the imports read from it at start-up: temp folder, threads."""
     os.environ.clear()
-    os.environ.update(env)
+    os.environ.update({**added_by_imports, **env})
     os.environ.pop(SOCKET_ENV, None)  # processes the job starts run cold, never back into the worker
     tempfile.tempdir = None  # re-read TMPDIR
     threads = env.get("OMP_NUM_THREADS", "")
