@@ -2,11 +2,11 @@
 # Each iteration it: generate -> score -> pairs | advantages -> train -> export (= model(it)); eval beside.
 # Usage: snakemake --cores 2 [--configfile configs/<recipe>.yaml] [--config iterations=5]
 
-from rewardloop import runlock, warm
+from rewardloop.runtime import runlock, warm
 from rewardloop.artifacts import remove_stale_temps
 from rewardloop.config import check_existing_iterations
 from rewardloop.config import validate as validate_config
-from rewardloop.models import needs_hf_token
+from rewardloop.models.loading import needs_hf_token
 
 
 configfile: f"{workflow.basedir}/config.yaml"
@@ -30,7 +30,7 @@ if needs_hf_token(config["model"]):
 
 
 # One run per results folder, taken when jobs are about to run (not for -n or --lint) and
-# released by the kernel however this process ends (see src/rewardloop/runlock.py). Holding it,
+# released by the kernel however this process ends (see src/rewardloop/runtime/runlock.py). Holding it,
 # before any job starts, remove the temp files that killed jobs left (artifacts are renamed into
 # place when complete, so a temp is never mistaken for a result; this frees the space).
 onstart:
@@ -38,7 +38,7 @@ onstart:
     stale = remove_stale_temps("results")
     if stale:
         print(f"rewardloop: removed {stale} temp file(s) left by killed jobs under results/")
-    # Local jobs run in forks of one worker that imported torch & co once (src/rewardloop/warm.py);
+    # Local jobs run in forks of one worker that imported torch & co once (src/rewardloop/runtime/warm.py);
     # not on a cluster, nor with --sdm conda/apptainer (the jobs' Python is another one).
     if config["warm_start"] and workflow.local_exec and not workflow.deployment_settings.deployment_method:
         warm.start("results/logs/warm_worker.log")

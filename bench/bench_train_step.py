@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rewardloop import models, synthetic
-from rewardloop.training import PairData, PreferenceTrainer
+from rewardloop.models import loading as models, synthetic
+from rewardloop.training.trainer import PairData, PreferenceTrainer
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,7 +46,7 @@ def optimizer_step(trainer: PreferenceTrainer, data: PairData, step: int) -> Non
 
 @torch.no_grad()
 def encode(pipe, pixels: torch.Tensor, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-    from rewardloop.sampling import encode_prompts
+    from rewardloop.sampling.ddim import encode_prompts
 
     latents = pipe.vae.encode(pixels).latent_dist.sample() * pipe.vae.config.scaling_factor
     return latents, encode_prompts(pipe, prompts)

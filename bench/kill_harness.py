@@ -37,7 +37,7 @@ import pandas as pd
 import yaml
 
 from rewardloop.artifacts import benchmark_seconds
-from rewardloop.models import LORA_WEIGHTS
+from rewardloop.models.loading import LORA_WEIGHTS
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
@@ -260,7 +260,7 @@ def main() -> None:
     scratch = Path(args.keep or tempfile.mkdtemp(prefix="rewardloop-kill-"))
     model = args.model
     if model is None:
-        from rewardloop.tiny_sd15 import build_tiny_sd15
+        from rewardloop.models.tiny_sd15 import build_tiny_sd15
 
         model = scratch / "tiny-sd15"
         build_tiny_sd15(model, seed=0, vae_steps=40, unet_steps=60, progress=False)  # returns its stats

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import torch
 
-from rewardloop import tokenizer as tok
-from rewardloop.tiny_sd15 import SD15_SCHEDULER
+from rewardloop.models import tokenizer as tok
+from rewardloop.models.tiny_sd15 import SD15_SCHEDULER
 
 # runwayml/stable-diffusion-v1-5: unet/config.json, vae/config.json, text_encoder/config.json.
 SD15_UNET = dict(

@@ -1,10 +1,10 @@
 # Input functions and helpers shared by the rules. Iteration 0 is the only special case: it
 # samples from and trains on the base model (plus model.init_lora when given).
 
-from rewardloop import resources as job_gpus
-from rewardloop.advantages import GROUP_LOSSES
+from rewardloop.runtime import resources as job_gpus
+from rewardloop.signal.advantages import GROUP_LOSSES
 from rewardloop.config import stage_config
-from rewardloop.models import LORA_WEIGHTS, checkpoint_file, trained_file
+from rewardloop.models.loading import LORA_WEIGHTS, checkpoint_file, trained_file
 
 
 wildcard_constraints:
@@ -105,7 +105,7 @@ def offline_latents_file(wildcards):
 
 
 def job_resources(extra_mem_mb=0, gpu=None):
-    """mem_mb, runtime and gpu of a job; gpu defaults to a model job's (see src/rewardloop/resources.py)."""
+    """mem_mb, runtime and gpu of a job; gpu defaults to a model job's (see src/rewardloop/runtime/resources.py)."""
     return {
         "mem_mb": config["resources"]["mem_mb"] + extra_mem_mb,
         "runtime": config["resources"]["runtime"],

@@ -1,8 +1,8 @@
 """Snakemake entry point of rule encode_offline_pairs."""
-from rewardloop.snakemake_job import job
+from rewardloop.runtime.snakemake_job import job
 
 with job(snakemake):  # noqa: F821
-    from rewardloop import offline_pairs
+    from rewardloop.signal import offline_pairs
     from rewardloop.stages.common import torch_setup
 
     cfg = snakemake.params.cfg

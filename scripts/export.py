@@ -1,5 +1,5 @@
 """Snakemake entry point of rule export."""
-from rewardloop.snakemake_job import iteration, job
+from rewardloop.runtime.snakemake_job import iteration, job
 
 with job(snakemake):  # noqa: F821
     from rewardloop.stages import export

@@ -1,5 +1,5 @@
 """Snakemake entry point of rule generate when generate.shards > 1 (gathers the shards)."""
-from rewardloop.snakemake_job import job
+from rewardloop.runtime.snakemake_job import job
 
 with job(snakemake):  # noqa: F821
     from rewardloop.stages import gather

@@ -1,5 +1,5 @@
 """Snakemake entry point of rule generate."""
-from rewardloop.snakemake_job import iteration, job
+from rewardloop.runtime.snakemake_job import iteration, job
 
 with job(snakemake):  # noqa: F821  (snakemake is injected by the script directive)
     from rewardloop.stages import generate

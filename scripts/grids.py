@@ -1,5 +1,5 @@
 """Snakemake entry point of rules grids and grid_base: PNG sheets of images with prompts and rewards."""
-from rewardloop.snakemake_job import job
+from rewardloop.runtime.snakemake_job import job
 
 with job(snakemake):  # noqa: F821
     from rewardloop.grids import load_scored, write_grid

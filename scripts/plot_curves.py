@@ -1,5 +1,5 @@
 """Snakemake entry point of rule plot_curves: reward and training curves over all iterations."""
-from rewardloop.snakemake_job import job
+from rewardloop.runtime.snakemake_job import job
 
 with job(snakemake):  # noqa: F821
     from rewardloop.summary import plot_curves

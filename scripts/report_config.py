@@ -1,5 +1,5 @@
 """Snakemake entry point of rule report_config: the validated config (defaults filled) for the report."""
-from rewardloop.snakemake_job import job
+from rewardloop.runtime.snakemake_job import job
 
 with job(snakemake):  # noqa: F821
     import yaml

@@ -1,5 +1,5 @@
 """Snakemake entry point of rule track_base: the base model's eval into the MLflow parent run (step -1)."""
-from rewardloop.snakemake_job import job
+from rewardloop.runtime.snakemake_job import job
 
 with job(snakemake):  # noqa: F821
     from rewardloop import tracking

@@ -1,8 +1,8 @@
 """Snakemake entry point of rule train: in this process, or `accelerate launch`-ed over several."""
-from rewardloop.snakemake_job import iteration, job
+from rewardloop.runtime.snakemake_job import iteration, job
 
 with job(snakemake):  # noqa: F821
-    from rewardloop import launch, resources
+    from rewardloop.runtime import launch, resources
     from rewardloop.stages import train
 
     cfg = snakemake.params.cfg

@@ -19,7 +19,7 @@ def repo_root() -> Path:
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> Path:
     """A briefly pretrained tiny SD1.5-family model (seconds, not minutes: plumbing tests only)."""
-    from rewardloop.tiny_sd15 import build_tiny_sd15
+    from rewardloop.models.tiny_sd15 import build_tiny_sd15
 
     out = tmp_path_factory.mktemp("models") / "tiny-sd15"
     build_tiny_sd15(out, seed=0, vae_steps=40, unet_steps=60, progress=False)
@@ -29,7 +29,7 @@ def tiny_model(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_sdxl_model(tmp_path_factory) -> Path:
     """A random-init tiny SDXL-architecture model (two text encoders, pooled embeds, time ids)."""
-    from rewardloop.tiny_sdxl import build_tiny_sdxl
+    from rewardloop.models.tiny_sdxl import build_tiny_sdxl
 
     return build_tiny_sdxl(tmp_path_factory.mktemp("models") / "tiny-sdxl", seed=0)
 
@@ -37,7 +37,7 @@ def tiny_sdxl_model(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_sd3_model(tmp_path_factory) -> Path:
     """A briefly pretrained tiny SD3-family model (seconds: plumbing and numerics tests only)."""
-    from rewardloop.tiny_sd3 import build_tiny_sd3
+    from rewardloop.models.tiny_sd3 import build_tiny_sd3
 
     out = tmp_path_factory.mktemp("models") / "tiny-sd3"
     build_tiny_sd3(out, seed=0, vae_steps=30, unet_steps=40, progress=False)

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rewardloop.advantages import EPS, compute_advantages
+from rewardloop.signal.advantages import EPS, compute_advantages
 
 
 def _scores():

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from rewardloop import synthetic
+from rewardloop.models import synthetic
 from rewardloop.rewards.color_match import ColorMatch
 
 

@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from rewardloop import config as cfgmod
-from rewardloop import models, offline_pairs, synthetic
-from rewardloop.training import PairData, PreferenceTrainer, concat_pairs, load_pair_data
+from rewardloop.models import loading as models, synthetic
+from rewardloop.signal import offline_pairs
+from rewardloop.training.trainer import PairData, PreferenceTrainer, concat_pairs, load_pair_data
 
 from model_helpers import probe
 
@@ -54,7 +55,7 @@ def synthetic_pairs(n=6, seed=0) -> PairData:
 def test_full_finetune_trains_every_weight_and_keeps_the_reference_frozen(tiny_model, tmp_path):
     from diffusers import DDPMScheduler, UNet2DConditionModel
 
-    from rewardloop.full_model import save_unet
+    from rewardloop.models.full_model import save_unet
 
     cfg = validated(train={"adapter": "none", "reference_offload": True, "steps": 3, "batch_size": 2,
                            "learning_rate": 1e-3, "beta": 2000, "checkpointing_steps": 100})
@@ -76,7 +77,7 @@ def test_full_finetune_trains_every_weight_and_keeps_the_reference_frozen(tiny_m
 def test_full_export_is_a_plain_diffusers_folder(tiny_model, tmp_path):
     from diffusers import DiffusionPipeline, UNet2DConditionModel
 
-    from rewardloop.full_model import save_unet
+    from rewardloop.models.full_model import save_unet
     from rewardloop.stages import export
 
     unet = UNet2DConditionModel.from_pretrained(tiny_model / "unet")

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from rewardloop import gpu_slots
+from rewardloop.runtime import gpu_slots
 
 DEVICES = ["0", "1", "2"]
 

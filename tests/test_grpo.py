@@ -9,7 +9,7 @@ import torch
 
 from rewardloop.artifacts import read_table, read_tensors
 from rewardloop.config import load
-from rewardloop.grpo import clipped_policy_loss, kl_to_reference
+from rewardloop.objectives.grpo import clipped_policy_loss, kl_to_reference
 from rewardloop.stages import advantages, generate, score, train
 
 from workflow_helpers import ROOT

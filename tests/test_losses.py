@@ -2,7 +2,7 @@ import math
 
 import torch
 
-from rewardloop.losses import denoising_mse, dpo_loss
+from rewardloop.objectives.losses import denoising_mse, dpo_loss
 
 
 def test_dpo_loss_matches_hand_computation():

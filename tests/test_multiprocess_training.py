@@ -9,9 +9,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from rewardloop import launch
+from rewardloop.runtime import launch
 from rewardloop.config import stage_config
-from rewardloop.models import LORA_WEIGHTS
+from rewardloop.models.loading import LORA_WEIGHTS
 from rewardloop.stages import train
 
 from test_training import pair_files, run_cfg  # noqa: F401  (fixtures: tiny model rollouts, pairs)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from rewardloop.artifacts import read_tensors
-from rewardloop.nft import nft_loss, optimality
+from rewardloop.objectives.nft import nft_loss, optimality
 from rewardloop.stages import advantages, generate, score, train
 
 from test_grpo import _cfg

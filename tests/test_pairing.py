@@ -1,7 +1,7 @@
 import pandas as pd
 import pytest
 
-from rewardloop.pairing import PAIR_COLUMNS, build_pairs
+from rewardloop.signal.pairing import PAIR_COLUMNS, build_pairs
 
 
 def _scores(rows):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rewardloop.advantages import GROUP_LOSSES
+from rewardloop.signal.advantages import GROUP_LOSSES
 from rewardloop.config import deep_merge
 from rewardloop.rewards.base import path_options
 

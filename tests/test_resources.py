@@ -7,7 +7,7 @@ import copy
 import pytest
 
 from rewardloop import config as cfgmod
-from rewardloop import resources
+from rewardloop.runtime import resources
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from rewardloop import runlock
+from rewardloop.runtime import runlock
 
 HOLDER = "import sys, time; from rewardloop import runlock; runlock.acquire(sys.argv[1]); print('held', flush=True); time.sleep(60)"
 

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from rewardloop.sde import sde_std, sde_step, step_mean, transition_log_prob
+from rewardloop.sampling.sde import sde_std, sde_step, step_mean, transition_log_prob
 
 
 def test_std_follows_flow_grpo_formula():

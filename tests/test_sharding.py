@@ -9,7 +9,7 @@ import pytest
 from safetensors.torch import load_file
 
 from rewardloop.artifacts import read_provenance
-from rewardloop.sharding import ShardError, shard_rows
+from rewardloop.runtime.sharding import ShardError, shard_rows
 
 from workflow_helpers import snakemake, tiny_overlay, write_overlay
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rewardloop.step_strategies import StepStrategyError, select_sde_steps
+from rewardloop.sampling.step_strategies import StepStrategyError, select_sde_steps
 
 SEEDS = list(range(100, 140))
 

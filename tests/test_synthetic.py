@@ -3,7 +3,7 @@ import itertools
 import numpy as np
 import pytest
 
-from rewardloop import synthetic
+from rewardloop.models import synthetic
 
 
 def test_captions_parse_back():

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from rewardloop import models
-from rewardloop.families import add_time_ids
-from rewardloop.sampling import SamplerSettings, encode_conditioning, sample_latents
+from rewardloop.models import loading as models
+from rewardloop.models.families import add_time_ids
+from rewardloop.sampling.ddim import SamplerSettings, encode_conditioning, sample_latents
 
 
 def test_tiny_sdxl_is_a_plain_diffusers_sdxl_folder(tiny_sdxl_model):
@@ -36,7 +36,7 @@ def test_sdxl_conditioning_and_seeded_sampling(tiny_sdxl_model):
 def test_our_sdxl_sampler_matches_the_diffusers_pipeline(tiny_sdxl_model):
     """Same DDIM + CFG trajectory as StableDiffusionXLPipeline given the same initial noise: our
     conditioning (both encoders, pooled embeds, time ids, empty-prompt negative) is diffusers'."""
-    from rewardloop.sampling import initial_noise, latent_shape
+    from rewardloop.sampling.ddim import initial_noise, latent_shape
 
     pipe = models.load_pipeline({"family": "sdxl", "path": str(tiny_sdxl_model)})
     prompts = ["a red circle on a blue background", "a green square on a red background"]
@@ -51,7 +51,7 @@ def test_our_sdxl_sampler_matches_the_diffusers_pipeline(tiny_sdxl_model):
 def _sdxl_trainer(tiny_sdxl_model, **train):
     from diffusers import DDPMScheduler
 
-    from rewardloop.training import PreferenceTrainer
+    from rewardloop.training.trainer import PreferenceTrainer
     from test_training_options import train_cfg
 
     pipe = models.load_pipeline({"family": "sdxl", "path": str(tiny_sdxl_model)})
@@ -61,7 +61,7 @@ def _sdxl_trainer(tiny_sdxl_model, **train):
 
 
 def _sdxl_pairs(pipe):
-    from rewardloop.training import PairData
+    from rewardloop.training.trainer import PairData
 
     cond = encode_conditioning(pipe, ["a red circle on a blue background", "a blue square on a red background"])
     empty = {k: v[0] for k, v in encode_conditioning(pipe, [""]).items()}
@@ -71,7 +71,7 @@ def _sdxl_pairs(pipe):
 
 
 def test_sdxl_dpo_and_sft_steps_and_lora_round_trip(tiny_sdxl_model, tmp_path):
-    from rewardloop.lora import load_lora_into, save_lora
+    from rewardloop.models.lora import load_lora_into, save_lora
 
     pipe, trainer = _sdxl_trainer(tiny_sdxl_model, batch_size=2, steps=2, learning_rate=1e-2, beta=2000,
                                   proportion_empty_prompts=1.0, checkpointing_steps=100)

@@ -10,9 +10,9 @@ import torch
 from safetensors.torch import load_file
 
 from rewardloop import config as cfgmod
-from rewardloop import models
+from rewardloop.models import loading as models
 from rewardloop.stages import generate, pairs, score
-from rewardloop.training import PreferenceTrainer, load_pair_data
+from rewardloop.training.trainer import PreferenceTrainer, load_pair_data
 
 from model_helpers import probe
 
@@ -81,7 +81,7 @@ def test_dpo_loss_falls_accuracy_rises_reference_unchanged(run_cfg, pair_files, 
 
 
 def test_resume_from_in_stage_state_reproduces_uninterrupted_run(run_cfg, pair_files, tmp_path):
-    from rewardloop.lora import save_lora
+    from rewardloop.models.lora import save_lora
 
     data = load_pair_data(pair_files / "pairs.parquet", pair_files / "latents.safetensors")
     short = {"steps": 8, "checkpointing_steps": 3}
@@ -107,7 +107,7 @@ def test_resume_from_in_stage_state_reproduces_uninterrupted_run(run_cfg, pair_f
 def test_export_publishes_lora_and_merged_pipeline(run_cfg, pair_files, tmp_path):
     from diffusers import StableDiffusionPipeline
 
-    from rewardloop.lora import save_lora
+    from rewardloop.models.lora import save_lora
     from rewardloop.stages import export
 
     trainer = make_trainer(run_cfg, {"steps": 3, "learning_rate": 1e-2})
@@ -151,8 +151,8 @@ def test_same_seed_gives_the_same_initial_adapter(run_cfg):
 def test_a_diverging_run_stops_naming_iteration_and_step_and_keeps_the_last_good_state(run_cfg, pair_files, tmp_path):
     """lr 1e30: the first Adam update makes the weights ~1e30 (finite), the next forward overflows.
     Training must stop there with an error naming the iteration and step, never save a broken state."""
-    from rewardloop.train_state import STATE_FILE
-    from rewardloop.training import TrainingError
+    from rewardloop.training.state import STATE_FILE
+    from rewardloop.training.trainer import TrainingError
 
     data = load_pair_data(pair_files / "pairs.parquet", pair_files / "latents.safetensors")
     trainer = make_trainer(run_cfg, {"steps": 6, "checkpointing_steps": 1, "learning_rate": 1e30,

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from rewardloop import config as cfgmod
-from rewardloop import models
-from rewardloop.optimizers import OptimizerError, build_optimizer, effective_learning_rate
-from rewardloop.training import PairData, PreferenceTrainer, flip_latents
+from rewardloop.models import loading as models
+from rewardloop.training.optimizers import OptimizerError, build_optimizer, effective_learning_rate
+from rewardloop.training.trainer import PairData, PreferenceTrainer, flip_latents
 
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""Warm start (src/rewardloop/warm.py): a real worker process, real job processes that delegate to it.
+"""Warm start (src/rewardloop/runtime/warm.py): a real worker process, real job processes that delegate to it.
 
 The workflow-level check (a warm run and a cold run give bit-identical LoRAs and eval) is in
 test_crash_resume.py; the kill harness there also kills warm jobs.
@@ -17,14 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from rewardloop import warm
+from rewardloop.runtime import warm
 
 # A job script as the Snakemake script directive would run it: job() first, the stage inside.
 PROBE = textwrap.dedent("""
     import json, os, pathlib, sys, tempfile, time
     preloaded = "torch" in sys.modules  # only a fork of the warm worker has torch before any import
     from types import SimpleNamespace
-    from rewardloop.snakemake_job import job
+    from rewardloop.runtime.snakemake_job import job
 
     snakemake = SimpleNamespace(log=[], rule="probe", resources=SimpleNamespace(gpu=0))
     with job(snakemake):
@@ -88,7 +88,7 @@ def test_a_failing_job_reports_its_error_on_the_job_processs_stderr(worker, tmp_
     script = tmp_path / "fails.py"
     script.write_text(textwrap.dedent("""
         from types import SimpleNamespace
-        from rewardloop.snakemake_job import job
+        from rewardloop.runtime.snakemake_job import job
         with job(SimpleNamespace(log=[], rule="fails", resources=SimpleNamespace(gpu=0))):
             raise ValueError("generate.steps: expected >= 1")
     """))
@@ -136,7 +136,7 @@ def test_the_worker_exits_when_the_process_that_started_it_is_killed(tmp_path):
     starter = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(f"""
             import time
-            from rewardloop import warm
+            from rewardloop.runtime import warm
             worker = warm.start({str(tmp_path / "worker.log")!r})
             print(worker.process.pid, worker.folder, flush=True)
             time.sleep(300)

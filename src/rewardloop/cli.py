@@ -7,7 +7,7 @@ import sys
 
 
 def _build_tiny(args) -> None:
-    from rewardloop.families import get_family
+    from rewardloop.models.families import get_family
 
     get_family(args.family).build_tiny(args.out, seed=args.seed, vae_steps=args.vae_steps,
                                        unet_steps=args.unet_steps, num_threads=args.threads)

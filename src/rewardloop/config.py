@@ -70,7 +70,7 @@ def validate(config: dict) -> dict:
 
 def _fill_family_defaults(config: dict) -> None:
     """``generate.resolution: null`` becomes the model family's default size."""
-    from rewardloop.families import get_family
+    from rewardloop.models.families import get_family
 
     if config["generate"]["resolution"] is None:
         config["generate"]["resolution"] = get_family(config["model"]["family"]).default_resolution
@@ -109,7 +109,8 @@ def deep_merge(base: dict, extra: Mapping) -> dict:
 
 def check_semantics(config: dict) -> None:
     """Checks beyond the schema: sizes, files on disk, prompts the rewards can score."""
-    from rewardloop import lora, models, prompts, rewards
+    from rewardloop.models import lora, loading as models
+    from rewardloop import prompts, rewards
 
     if config["generate"]["resolution"] % 8:
         raise ConfigError(
@@ -156,7 +157,7 @@ def check_existing_iterations(config: Mapping, results: str | Path = "results") 
 
 def check_shards(config: dict, prompts_per_iteration: int) -> None:
     """Every shard of generate/score gets at least one whole batch (see sharding.shard_rows)."""
-    from rewardloop.sharding import ShardError, shard_rows
+    from rewardloop.runtime.sharding import ShardError, shard_rows
 
     samples = prompts_per_iteration * config["generate"]["images_per_prompt"]
     for stage in ("generate", "score"):
@@ -169,9 +170,9 @@ def check_shards(config: dict, prompts_per_iteration: int) -> None:
 def check_loss_family(config: dict) -> None:
     """Losses per family (families.FAMILIES: sd15 dpo/sft/grpo, sdxl dpo/sft, sd3 grpo/nft); the group
     losses train a LoRA on online rollouts; GRPO's step strategy must fit."""
-    from rewardloop.advantages import GROUP_LOSSES
-    from rewardloop.families import FAMILIES, get_family
-    from rewardloop.step_strategies import StepStrategyError, select_sde_steps
+    from rewardloop.signal.advantages import GROUP_LOSSES
+    from rewardloop.models.families import FAMILIES, get_family
+    from rewardloop.sampling.step_strategies import StepStrategyError, select_sde_steps
 
     loss, family = config["train"]["loss"], config["model"]["family"]
     if loss not in get_family(family).losses:

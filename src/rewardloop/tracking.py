@@ -32,7 +32,9 @@ from typing import Callable, Iterable, Mapping
 
 import pandas as pd
 
-from rewardloop import __version__, models
+from rewardloop import __version__
+
+from rewardloop.models import loading as models
 from rewardloop.artifacts import benchmark_seconds, write_json
 
 DEFAULT_TRACKING_URI = "sqlite:///results/mlflow.db"

@@ -2,7 +2,7 @@
 
 For a prompt ``"a <fg> <shape> on a <bg> background"`` each pixel ``p`` gets a soft membership in
 each named colour, ``m_c(p) = max(0, 1 - |p - c| / max_distance)`` (Euclidean RGB distance to the
-palette colour, ``rewardloop.synthetic.PALETTE``; ``max_distance`` 120 is about the smallest
+palette colour, ``rewardloop.models.synthetic.PALETTE``; ``max_distance`` 120 is about the smallest
 separation of two palette colours). With ``F`` and ``B`` the mean memberships in the shape and
 background colours and ``[a_min, a_max]`` the range of area fractions the shape has in the
 training renders (``synthetic.area_fraction_range``)::
@@ -26,7 +26,7 @@ from typing import Sequence
 import numpy as np
 from PIL import Image
 
-from rewardloop import synthetic
+from rewardloop.models import synthetic
 from rewardloop.rewards.base import register
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rewardloop.advantages import compute_advantages
+from rewardloop.signal.advantages import compute_advantages
 from rewardloop.artifacts import provenance, read_provenance, read_table, write_table
 from rewardloop.stages.common import write_metrics
 

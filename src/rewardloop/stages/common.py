@@ -10,7 +10,7 @@ import pandas as pd
 import pyarrow as pa
 
 from rewardloop.artifacts import IMAGE_TYPE, encode_png, write_json
-from rewardloop.families import EMPTY_PROMPT
+from rewardloop.models.families import EMPTY_PROMPT
 
 
 @contextlib.contextmanager
@@ -30,7 +30,7 @@ def write_metrics(metrics: Mapping, path) -> None:
 def torch_setup(threads: int, device_name: str):
     import torch
 
-    from rewardloop.models import resolve_device
+    from rewardloop.models.loading import resolve_device
 
     torch.set_num_threads(max(1, threads))
     return resolve_device(device_name)
@@ -52,8 +52,8 @@ def rollout(pipe, prompts: pd.DataFrame, seeds: list[list[int]], settings, batch
     """
     import torch
 
-    from rewardloop.families import family_of_pipeline
-    from rewardloop.sampling import decode_latents, encode_conditioning
+    from rewardloop.models.families import family_of_pipeline
+    from rewardloop.sampling.ddim import decode_latents, encode_conditioning
 
     family = family_of_pipeline(pipe)
     cond = {k: v.cpu() for k, v in encode_conditioning(pipe, prompts.prompt.tolist()).items()}
@@ -91,16 +91,16 @@ def rollout(pipe, prompts: pd.DataFrame, seeds: list[list[int]], settings, batch
 def _sample(pipe, family, cond, seeds, settings, batch_size, noise_level, sde_steps, progress, desc):
     """(final latents, records of the SDE steps or None) by the family's sampler."""
     if family.flow:
-        from rewardloop.flow_sampling import sample_flow
+        from rewardloop.sampling.flow import sample_flow
 
         return sample_flow(pipe, cond["prompt_embeds"], cond["pooled_embeds"], seeds, settings, batch_size,
                            sde_steps=sde_steps, noise_level=noise_level, progress=progress, desc=desc)
     if sde_steps is not None:  # GRPO on SD1.5: DDIM with eta > 0 on the recorded steps (DDPO)
-        from rewardloop.ddim_logprob import sample_ddim_recorded
+        from rewardloop.sampling.ddim_logprob import sample_ddim_recorded
 
         return sample_ddim_recorded(pipe, cond["prompt_embeds"], seeds, settings, batch_size, sde_steps,
                                     eta=noise_level, progress=progress, desc=desc)
-    from rewardloop.sampling import sample_latents
+    from rewardloop.sampling.ddim import sample_latents
 
     return sample_latents(pipe, cond, seeds, settings, batch_size, progress=progress, desc=desc), None
 

@@ -6,9 +6,11 @@ downstream waits for it.
 
 from __future__ import annotations
 
-from rewardloop import models, prompts
+from rewardloop.models import loading as models
+
+from rewardloop import prompts
 from rewardloop.artifacts import provenance, write_table
-from rewardloop.sampling import sample_seed
+from rewardloop.sampling.ddim import sample_seed
 from rewardloop.stages.common import rollout, timed, to_arrow, torch_setup, write_metrics
 from rewardloop.stages.generate import sampler_settings
 from rewardloop.stages.score import decode_samples, reward_stats, score_frame

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rewardloop import models
+from rewardloop.models import loading as models
 from rewardloop.artifacts import atomic_dir, atomic_path, read_tensors, write_json
 
 
@@ -41,7 +41,7 @@ def run(cfg, iteration: int, trained_dir, checkpoint_dir, metrics_path=None, pre
     source = Path(trained_dir) / models.trained_file(adapter)
     tensors = _check_finite(source, iteration)
     if adapter == "none":
-        from rewardloop.full_model import export_pipeline
+        from rewardloop.models.full_model import export_pipeline
 
         export_pipeline(cfg["model"], previous_dir, trained_dir, checkpoint_dir)
     else:

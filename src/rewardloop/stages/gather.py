@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rewardloop.sharding import gather_tables, gather_tensors, summed_metrics
+from rewardloop.runtime.sharding import gather_tables, gather_tensors, summed_metrics
 from rewardloop.stages.common import write_metrics
 from rewardloop.stages.score import reward_stats
 

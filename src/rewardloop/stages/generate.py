@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from rewardloop import models, prompts
+from rewardloop.models import loading as models
+
+from rewardloop import prompts
 from rewardloop.artifacts import provenance, write_table, write_tensors
-from rewardloop.sampling import SamplerSettings, sample_seed
-from rewardloop.sharding import shard_rows
+from rewardloop.sampling.ddim import SamplerSettings, sample_seed
+from rewardloop.runtime.sharding import shard_rows
 from rewardloop.stages.common import rollout, timed, to_arrow, torch_setup, write_metrics
 
 
@@ -22,7 +24,7 @@ def sampler_settings(generate_cfg, steps=None, eta=None) -> SamplerSettings:
 
 def sde_selection(gen_cfg, seeds: list[list[int]], base_seed: int, iteration: int):
     """(noise level, SDE steps of each sample in rollout order) from ``generate.sde`` and its step strategy."""
-    from rewardloop.step_strategies import select_sde_steps
+    from rewardloop.sampling.step_strategies import select_sde_steps
 
     sample_seeds = [s for row in seeds for s in row]
     iteration_seed = int(np.random.SeedSequence([base_seed, iteration + 1]).generate_state(1)[0])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rewardloop.artifacts import provenance, read_provenance, read_table, write_table
-from rewardloop.pairing import build_pairs
+from rewardloop.signal.pairing import build_pairs
 from rewardloop.stages.common import write_metrics
 
 

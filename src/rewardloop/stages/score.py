@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from rewardloop.artifacts import decode_image, provenance, read_provenance, read_table, write_table
-from rewardloop.sharding import shard_rows
+from rewardloop.runtime.sharding import shard_rows
 from rewardloop.stages.common import timed, write_metrics
 
 SAMPLE_KEYS = ["sample_id", "prompt_id", "prompt", "group", "seed"]

@@ -12,12 +12,12 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from rewardloop import models
-from rewardloop.advantages import GROUP_LOSSES
+from rewardloop.models import loading as models
+from rewardloop.signal.advantages import GROUP_LOSSES
 from rewardloop.artifacts import config_hash
-from rewardloop.lora import load_lora_into, save_lora
+from rewardloop.models.lora import load_lora_into, save_lora
 from rewardloop.stages.common import timed, torch_setup, write_metrics
-from rewardloop.training import PreferenceTrainer, concat_pairs, load_pair_data, summarize
+from rewardloop.training.trainer import PreferenceTrainer, concat_pairs, load_pair_data, summarize
 
 
 def _file_digest(path) -> str:
@@ -90,7 +90,7 @@ def run(cfg, iteration: int, pairs_path, latents_path, init_lora_dir, out_dir, s
     if not trainer.accelerator.is_main_process:
         return  # every rank holds the same weights; rank 0 writes them
     if train_cfg["adapter"] == "none":
-        from rewardloop.full_model import save_unet
+        from rewardloop.models.full_model import save_unet
 
         save_unet(trainer.accelerator.unwrap_model(trainer.unet), out_dir)
     else:
@@ -102,7 +102,7 @@ def run(cfg, iteration: int, pairs_path, latents_path, init_lora_dir, out_dir, s
 
 
 if __name__ == "__main__":
-    # One rank of `accelerate launch` (see rewardloop.launch): run's keyword arguments come as JSON.
+    # One rank of `accelerate launch` (see rewardloop.runtime.launch): run's keyword arguments come as JSON.
     import json
     import os
     import sys

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rewardloop import models
+from rewardloop.models import loading as models
 from rewardloop.artifacts import config_hash
-from rewardloop.families import get_family
-from rewardloop.lora import load_lora_into, save_lora
+from rewardloop.models.families import get_family
+from rewardloop.models.lora import load_lora_into, save_lora
 from rewardloop.stages.common import timed, torch_setup, write_metrics
 from rewardloop.stages.train import _file_digest
 
@@ -18,7 +18,7 @@ class GroupLossError(ValueError):
 
 def unconditional_embeddings(pipe) -> tuple:
     """The empty prompt's conditioning for CFG: (embeddings [1, L, D], pooled [1, P] or None)."""
-    from rewardloop.sampling import encode_conditioning
+    from rewardloop.sampling.ddim import encode_conditioning
 
     empty = {k: v.cpu() for k, v in encode_conditioning(pipe, [""]).items()}
     return empty["prompt_embeds"], empty.get("pooled_embeds")
@@ -39,13 +39,13 @@ def run(cfg, iteration: int, advantages_path, latents_path, init_lora_dir, out_d
     denoiser = getattr(pipe, models.denoiser_name(family))
     num_train = pipe.scheduler.config.num_train_timesteps
     if train_cfg["loss"] == "grpo":
-        from rewardloop.grpo import GRPOTrainer, load_rollout_data, summarize_grpo
+        from rewardloop.objectives.grpo import GRPOTrainer, load_rollout_data, summarize_grpo
 
         data = load_rollout_data(advantages_path, latents_path, family)
         trainer = GRPOTrainer(train_cfg, denoiser, uncond, num_train, data, cfg["seed"], iteration)
         summarize = summarize_grpo
     else:
-        from rewardloop.nft import NFTTrainer, load_nft_data, summarize_nft
+        from rewardloop.objectives.nft import NFTTrainer, load_nft_data, summarize_nft
 
         data = load_nft_data(advantages_path, latents_path)
         trainer = NFTTrainer(train_cfg, pipe.transformer, uncond, num_train, data, cfg["seed"], iteration)

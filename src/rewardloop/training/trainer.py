@@ -17,9 +17,9 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from rewardloop import losses
+from rewardloop.objectives import losses
 from rewardloop.artifacts import read_table, read_tensors
-from rewardloop.train_state import load_state, save_state
+from rewardloop.training.state import load_state, save_state
 
 
 class TrainingError(RuntimeError):
@@ -82,7 +82,7 @@ def concat_pairs(online: PairData, offline: PairData, offline_fraction: float) -
 
 
 def load_pair_data(pairs_path, latents_path) -> PairData:
-    from rewardloop.families import EMPTY_PROMPT
+    from rewardloop.models.families import EMPTY_PROMPT
 
     pairs = read_table(pairs_path, required=["prompt_id", "chosen", "rejected"]).to_pandas()
     if pairs.empty:
@@ -127,9 +127,9 @@ class PreferenceTrainer:
 
         from accelerate import Accelerator
 
-        from rewardloop.families import get_family
-        from rewardloop.lora import attach_lora
-        from rewardloop.optimizers import (apply_gpu_switches, build_lr_scheduler, build_optimizer,
+        from rewardloop.models.families import get_family
+        from rewardloop.models.lora import attach_lora
+        from rewardloop.training.optimizers import (apply_gpu_switches, build_lr_scheduler, build_optimizer,
                                            effective_learning_rate)
 
         if train_cfg.get("deterministic"):

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Mapping
 
 from rewardloop.artifacts import sort_safetensors_header
-from rewardloop.models import LORA_WEIGHTS, ModelError, denoiser_name, pipeline_class, tensor_shapes
+from rewardloop.models.loading import LORA_WEIGHTS, ModelError, denoiser_name, pipeline_class, tensor_shapes
 
 # A diffusers-format LoRA key: <denoiser>.<module>.lora.{down,up}.weight (or peft's lora_{A,B}).
 _LORA_KEY = re.compile(r"^(?P<prefix>[^.]+)\.(?P<module>.+)\.(?:lora\.(?P<old>down|up)|lora_(?P<new>[AB]))\.weight$")

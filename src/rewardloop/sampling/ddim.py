@@ -40,7 +40,7 @@ def sample_seed(base_seed: int, iteration: int, prompt_index: int, k: int) -> in
 @torch.no_grad()
 def encode_conditioning(pipe, prompts: Sequence[str]) -> dict[str, torch.Tensor]:
     """The family's conditioning of each prompt, {key: [N, ...]} (SDXL: embeds and pooled embeds)."""
-    from rewardloop.families import family_of_pipeline
+    from rewardloop.models.families import family_of_pipeline
 
     return family_of_pipeline(pipe).encode(pipe, prompts)
 
@@ -76,7 +76,7 @@ def sample_latents(
 
     ``embeds``: prompt embeddings [N, L, D], or the family's conditioning dict {key: [N, ...]}.
     """
-    from rewardloop.families import family_of_pipeline
+    from rewardloop.models.families import family_of_pipeline
 
     family = family_of_pipeline(pipe)
     unet, scheduler = pipe.unet, pipe.scheduler

@@ -2,7 +2,7 @@
 
 On 2 CPU cores a model job spends ~5 s importing torch, diffusers, transformers and peft before
 its first step, more than the tiny model's stage work in some stages. When a local run starts
-(Snakefile ``onstart``, config ``warm_start``), ``start`` launches ``python -m rewardloop.warm``:
+(Snakefile ``onstart``, config ``warm_start``), ``start`` launches ``python -m rewardloop.runtime.warm``:
 it listens on a Unix socket in a private temp folder, imports those libraries, and then forks one
 child per job request. A job script's ``snakemake_job.job()`` calls ``delegate()`` first: it sends
 the job's own script (Snakemake's temp script with the pickled job), argv, cwd, environment and
@@ -175,7 +175,7 @@ def start(log_path: str | os.PathLike, wait_s: float = 10.0) -> WarmWorker | Non
     os.environ[SOCKET_ENV] = str(sock)  # before the launch: the worker's environment equals the jobs'
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
-        process = subprocess.Popen([sys.executable, "-m", "rewardloop.warm", str(sock), str(os.getpid())],
+        process = subprocess.Popen([sys.executable, "-m", "rewardloop.runtime.warm", str(sock), str(os.getpid())],
                                    stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                    env=dict(os.environ))  # what Snakemake gives its jobs (not libc's copy)
     deadline = time.monotonic() + wait_s
@@ -412,7 +412,7 @@ def _reap_children() -> None:
 
 if __name__ == "__main__":
     # Serve from the importable module, not this __main__ copy: the children's job() must see their
-    # _IN_WORKER flag in rewardloop.warm.
-    from rewardloop import warm
+    # _IN_WORKER flag in rewardloop.runtime.warm.
+    from rewardloop.runtime import warm
 
     warm.serve(sys.argv[1], int(sys.argv[2]))

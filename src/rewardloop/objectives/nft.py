@@ -20,8 +20,8 @@ import numpy as np
 import torch
 
 from rewardloop.artifacts import read_table, read_tensors
-from rewardloop.grpo import GRPOTrainer
-from rewardloop.training import TrainingError
+from rewardloop.objectives.grpo import GRPOTrainer
+from rewardloop.training.trainer import TrainingError
 
 
 def optimality(advantages: torch.Tensor, clip_max: float) -> torch.Tensor:

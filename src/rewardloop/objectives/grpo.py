@@ -27,11 +27,11 @@ import torch
 from tqdm.auto import tqdm
 
 from rewardloop.artifacts import read_table, read_tensors
-from rewardloop.families import get_family
-from rewardloop.flow_sampling import Conditioning, guided_velocity
-from rewardloop.sde import gaussian_log_prob, step_mean, transition_log_prob
-from rewardloop.train_state import load_state
-from rewardloop.training import PreferenceTrainer, TrainingError
+from rewardloop.models.families import get_family
+from rewardloop.sampling.flow import Conditioning, guided_velocity
+from rewardloop.sampling.sde import gaussian_log_prob, step_mean, transition_log_prob
+from rewardloop.training.state import load_state
+from rewardloop.training.trainer import PreferenceTrainer, TrainingError
 
 
 def clipped_policy_loss(log_prob, old_log_prob, advantages, clip_range: float):
@@ -155,7 +155,7 @@ class GRPOTrainer(PreferenceTrainer):
                                 self.uncond[0].expand(n, -1, -1).to(device), self.uncond[1].expand(n, -1).to(device))
             velocity = guided_velocity(denoiser, lat, p["sigmas"], cond, data.guidance_scale, self.num_train_timesteps)
             return step_mean(velocity, lat, p["sigmas"], p["sigmas_next"], p["std"])
-        from rewardloop.ddim_logprob import ddim_mean, guided_eps
+        from rewardloop.sampling.ddim_logprob import ddim_mean, guided_eps
 
         eps = guided_eps(denoiser, lat, p["timesteps"], data.embeds[index].to(device),
                          self.uncond[0].expand(n, -1, -1).to(device), data.guidance_scale)

@@ -16,8 +16,8 @@ from typing import Sequence
 import torch
 from tqdm.auto import tqdm
 
-from rewardloop.sde import gaussian_log_prob, per_sample
-from rewardloop.trajectory import StepRecorder
+from rewardloop.sampling.sde import gaussian_log_prob, per_sample
+from rewardloop.sampling.trajectory import StepRecorder
 
 def step_alphas(scheduler, t: int, steps: int) -> tuple[float, float]:
     """(alpha_prod at t, alpha_prod at the previous timestep) of a DDIM schedule of ``steps`` steps."""
@@ -56,7 +56,7 @@ def sample_ddim_recorded(pipe, embeds: torch.Tensor, seeds: Sequence[int], setti
                          sde_steps: Sequence[Sequence[int]], eta: float, progress: bool = True,
                          desc: str = "generate"):
     """DDIM rollouts whose ``sde_steps[i]`` are eta > 0 steps, recorded; returns (latents, records)."""
-    from rewardloop.sampling import encode_prompts, initial_noise, latent_shape
+    from rewardloop.sampling.ddim import encode_prompts, initial_noise, latent_shape
 
     unet, scheduler, device = pipe.unet, pipe.scheduler, pipe.device
     scheduler.set_timesteps(settings.steps, device="cpu")

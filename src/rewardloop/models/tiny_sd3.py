@@ -1,6 +1,6 @@
 """Build a tiny SD3-family text-to-image model offline, pretrained on the synthetic domain.
 
-The SD3 counterpart of :mod:`rewardloop.tiny_sd15`, and built the same way (same synthetic
+The SD3 counterpart of :mod:`rewardloop.models.tiny_sd15`, and built the same way (same synthetic
 images, same offline tokenizer, same autoencoder trainer):
 
 1. a small ``AutoencoderKL`` with SD3's 16 latent channels and no quant convs (32x32 RGB <->
@@ -12,7 +12,7 @@ images, same offline tokenizer, same autoencoder trainer):
 
 T5 is omitted (``text_encoder_3=None``; the SD3 pipeline supports it): a T5 tokenizer cannot be
 built offline as simply as the CLIP one. Without T5 the rollouts use no T5 tokens
-(:func:`rewardloop.flow_sampling.t5_tokens`). The result is a plain diffusers folder
+(:func:`rewardloop.sampling.flow.t5_tokens`). The result is a plain diffusers folder
 (``StableDiffusion3Pipeline``, ``FlowMatchEulerDiscreteScheduler`` with SD3's shift 3) plus
 ``build_info.json``, written atomically.
 """
@@ -29,9 +29,9 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from rewardloop import synthetic, tokenizer as tok
+from rewardloop.models import synthetic, tokenizer as tok
 from rewardloop.artifacts import atomic_dir
-from rewardloop.tiny_sd15 import (IMAGE_SIZE, TEXT_CONFIG, VAE_CONFIG, _lr, _summary, _to_tensor, pretraining_prompts,
+from rewardloop.models.tiny_sd15 import (IMAGE_SIZE, TEXT_CONFIG, VAE_CONFIG, _lr, _summary, _to_tensor, pretraining_prompts,
                                   train_vae)
 
 SCHEDULER = dict(num_train_timesteps=1000, shift=3.0)  # SD3/SD3.5's scheduler_config.json

@@ -8,7 +8,7 @@ import os
 import sys
 import traceback
 
-from rewardloop import gpu_slots, warm
+from rewardloop.runtime import gpu_slots, warm
 
 
 @contextlib.contextmanager

@@ -70,7 +70,7 @@ def check_inside_workdir(key: str, path: str, why: str) -> None:
 
 def check_model_folder(path: str, family: str) -> None:
     """A local diffusers folder whose model_index.json is a pipeline of ``family`` with its denoiser."""
-    from rewardloop.families import FAMILIES, get_family
+    from rewardloop.models.families import FAMILIES, get_family
 
     folder = Path(path)
     if not folder.is_dir():
@@ -118,7 +118,7 @@ def model_reference(model_cfg: Mapping, lora_dir: str | None = None) -> str:
 
 
 def pipeline_class(family: str):
-    from rewardloop.families import FamilyError, get_family
+    from rewardloop.models.families import FamilyError, get_family
 
     try:
         return get_family(family).pipeline_class()
@@ -141,7 +141,7 @@ def absent_components(path: str) -> dict:
 
 def denoiser_name(family: str) -> str:
     """The pipeline attribute (and LoRA key prefix) of the family's denoiser."""
-    from rewardloop.families import get_family
+    from rewardloop.models.families import get_family
 
     return get_family(family).denoiser
 
@@ -163,7 +163,7 @@ def load_pipeline(model_cfg: Mapping, lora_dir: str | None = None, device="cpu",
     """
     import torch
 
-    from rewardloop.families import get_family
+    from rewardloop.models.families import get_family
 
     source = model_cfg["path"]
     if is_full_model(lora_dir):

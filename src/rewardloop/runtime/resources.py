@@ -42,7 +42,7 @@ def train_processes(train_cfg: Mapping, job_gpus: int) -> int:
 
     The job script passes its actual ``gpu`` resource (a profile's set-resources may override the config's).
     """
-    from rewardloop.advantages import GROUP_LOSSES
+    from rewardloop.signal.advantages import GROUP_LOSSES
 
     if train_cfg["loss"] in GROUP_LOSSES:
         return 1  # GRPO/NFT do not split their micro-batches over ranks (config.check_loss_family)

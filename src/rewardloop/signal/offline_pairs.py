@@ -101,8 +101,8 @@ class PairImages(torch.utils.data.Dataset):
 def encode(cfg: Mapping, resolution: int, random_crop: bool, num_workers: int, pairs_out, latents_out,
            device="cpu", batch_size: int = 8) -> int:
     """cfg: seed, model, data. Encode the offline pairs once; return how many were written."""
-    from rewardloop import models
-    from rewardloop.sampling import encode_conditioning
+    from rewardloop.models import loading as models
+    from rewardloop.sampling.ddim import encode_conditioning
 
     path = cfg["data"]["offline_pairs"]
     pairs = read_offline_pairs(path, cfg["data"]["offline_max_pairs"], cfg["seed"])

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping
 
-from rewardloop import models
+from rewardloop.models import loading as models
 from rewardloop.artifacts import atomic_dir
 
 

@@ -3,7 +3,7 @@
 Every image has its own seed: the initial noise comes from a generator seeded with it and the
 per-step SDE noise from one seeded with ``seed + 1``, so a sample does not depend on its batch or
 shard. Steps listed in ``sde_steps[i]`` are SDE steps of noise level ``noise_level`` (see
-:mod:`rewardloop.sde`) and are recorded (latents, next latents, sigmas, std, log-prob, all fp32);
+:mod:`rewardloop.sampling.sde`) and are recorded (latents, next latents, sigmas, std, log-prob, all fp32);
 the other steps are Euler (ODE) steps. Classifier-free guidance runs the conditional and the
 unconditional pass in one batch.
 """
@@ -16,8 +16,8 @@ from typing import Sequence
 import torch
 from tqdm.auto import tqdm
 
-from rewardloop.sde import sde_std, sde_step, transition_log_prob
-from rewardloop.trajectory import StepRecorder
+from rewardloop.sampling.sde import sde_std, sde_step, transition_log_prob
+from rewardloop.sampling.trajectory import StepRecorder
 
 def is_flow_pipeline(pipe) -> bool:
     return hasattr(pipe, "transformer") and hasattr(pipe.scheduler.config, "shift")

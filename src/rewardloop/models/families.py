@@ -5,7 +5,7 @@ A prompt's conditioning is a dict of tensors, cached once per prompt by the gene
 ``pooled_embeds`` [P] from its second text encoder, and its UNet also takes the added time ids
 (original size, crop top-left, target size), which are a function of the image size here.
 SD3 (rectified flow, an MMDiT ``transformer`` instead of a UNet) has ``prompt_embeds`` and
-``pooled_embeds`` too, and samples through :mod:`rewardloop.flow_sampling`.
+``pooled_embeds`` too, and samples through :mod:`rewardloop.sampling.flow`.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ class Family:
 
     def _encode(self, pipe, prompts: Sequence[str]) -> dict[str, torch.Tensor]:
         if self.flow:
-            from rewardloop.flow_sampling import encode_prompts
+            from rewardloop.sampling.flow import encode_prompts
 
             embeds, pooled = encode_prompts(pipe, prompts)
             return {"prompt_embeds": embeds, "pooled_embeds": pooled}
@@ -113,11 +113,11 @@ def add_time_ids(pixel_size: int, batch: int, crop_top_left: tuple[int, int] = (
 
 FAMILIES = {
     "sd15": Family("sd15", "StableDiffusionPipeline", ("prompt_embeds",), 512, ("dpo", "sft", "grpo"),
-                   tiny_builder="rewardloop.tiny_sd15:build_tiny_sd15"),
+                   tiny_builder="rewardloop.models.tiny_sd15:build_tiny_sd15"),
     "sdxl": Family("sdxl", "StableDiffusionXLPipeline", ("prompt_embeds", "pooled_embeds"), 1024, ("dpo", "sft"),
-                   tiny_builder="rewardloop.tiny_sdxl:build_tiny_sdxl", tiny_pretrained=False),
+                   tiny_builder="rewardloop.models.tiny_sdxl:build_tiny_sdxl", tiny_pretrained=False),
     "sd3": Family("sd3", "StableDiffusion3Pipeline", ("prompt_embeds", "pooled_embeds"), 1024, ("grpo", "nft"),
-                  denoiser="transformer", tiny_builder="rewardloop.tiny_sd3:build_tiny_sd3"),
+                  denoiser="transformer", tiny_builder="rewardloop.models.tiny_sd3:build_tiny_sd3"),
 }
 
 

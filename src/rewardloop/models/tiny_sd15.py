@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from rewardloop import synthetic, tokenizer as tok
+from rewardloop.models import synthetic, tokenizer as tok
 from rewardloop.artifacts import atomic_dir
 
 IMAGE_SIZE = 32

@@ -1,0 +1,1 @@
+"""Training objectives: one module per objective, registered by name."""

@@ -1,0 +1,1 @@
+"""How a job runs: warm fork, run lock, GPU slots, accelerate launch, shards, resources."""

@@ -1,0 +1,1 @@
+"""Scores to a training signal: preference pairs (DPO/SFT) or group advantages (GRPO/NFT)."""

@@ -1,0 +1,1 @@
+"""The training loop: accelerate, adapter, optimizer, accumulation, checkpoint/resume; knows no loss."""
