@@ -1,4 +1,4 @@
-# GRPO group advantages (train.loss grpo/nft; cheap: runs on the submitting host).
+# Group advantages, the signal of the objectives trained on them (grpo, nft; cheap: runs on the submitting host).
 
 
 localrules:
@@ -13,6 +13,7 @@ rule advantages:
         metrics=f"{RESULTS}/iter_{{it}}/metrics/advantages.json",
     params:
         cfg=stage_config(config, "advantages"),
+        keep_tied_groups=OBJECTIVE.keeps_tied_groups,
     log:
         f"{RESULTS}/logs/iter_{{it}}/advantages.log",
     benchmark:

@@ -1,9 +1,9 @@
 # Input functions and helpers shared by the rules. Iteration 0 is the only special case: it
 # samples from and trains on the base model (plus model.init_lora when given).
 
-from rewardloop.runtime import resources as job_gpus
-from rewardloop.signal.advantages import GROUP_LOSSES
 from rewardloop.config import stage_config
+from rewardloop.objectives import get_objective
+from rewardloop.runtime import resources as job_gpus
 from rewardloop.models.loading import LORA_WEIGHTS, checkpoint_file, trained_file
 
 
@@ -28,10 +28,15 @@ def checkpoint_dir(it):
     return f"{iter_dir(it)}/checkpoint"
 
 
-# The training signal: preference pairs (dpo, sft) or group advantages (grpo, nft).
-SIGNAL = "advantages" if config["train"]["loss"] in GROUP_LOSSES else "pairs"
-# GRPO trains on recorded SDE steps, so its rollouts record them.
-RECORD_SDE = config["train"]["loss"] == "grpo"
+# The objective (src/rewardloop/objectives/) decides the DAG's shape: its training signal (preference
+# pairs or group advantages), whether rollouts record their SDE/DDIM steps, whether they sample an
+# old policy kept beside the LoRA, and which weight sets model(it) holds beside its LoRA.
+OBJECTIVE = get_objective(config["train"]["loss"])
+SIGNAL = OBJECTIVE.signal
+RECORD_SDE = OBJECTIVE.records_steps
+EXTRA_ADAPTERS = OBJECTIVE.extra_adapters
+# The train job's config: the advantages' clip is part of NFT's loss.
+TRAIN_SECTIONS = ("seed", "model", "train", "data", "device") + (("advantages",) if SIGNAL == "advantages" else ())
 
 ITERATION_ARTIFACTS = (
     "samples.parquet",
@@ -84,9 +89,31 @@ def previous_lora_input(wildcards):
     return [f"{folder}/{LORA_WEIGHTS}"] if folder else []
 
 
+def rollout_lora_dir(wildcards):
+    """The adapter rollouts sample: model(it-1)'s, or the objective's old policy kept beside it (NFT)."""
+    folder = previous_lora_dir(wildcards)
+    if OBJECTIVE.rollout_adapter == "current" or int(wildcards.it) == 0:
+        return folder
+    return f"{folder}/{OBJECTIVE.rollout_adapter}"
+
+
+def rollout_lora_input(wildcards):
+    if OBJECTIVE.rollout_adapter == "current" or int(wildcards.it) == 0:
+        return previous_lora_input(wildcards)
+    return [f"{rollout_lora_dir(wildcards)}/{LORA_WEIGHTS}"]
+
+
+def extra_adapter_files(folder):
+    """{name: LoRA file} of the weight sets the objective keeps beside the LoRA in ``folder``."""
+    return {name: f"{folder}/{name}/{LORA_WEIGHTS}" for name in EXTRA_ADAPTERS}
+
+
 def export_config():
-    """export's config: model, export, and only which adapter was trained."""
-    return {**stage_config(config, "model", "export"), "train": {"adapter": config["train"]["adapter"]}}
+    """export's config: model, export, and only which adapter was trained (and the weight sets beside it)."""
+    train = {"adapter": config["train"]["adapter"]}
+    if EXTRA_ADAPTERS:
+        train["extra_adapters"] = list(EXTRA_ADAPTERS)
+    return {**stage_config(config, "model", "export"), "train": train}
 
 
 def offline_pairs_input(wildcards):

@@ -9,9 +9,11 @@ rule export:
     input:
         lora=f"{RESULTS}/iter_{{it}}/train/{TRAINED_FILE}",
         previous=previous_lora_input,
+        **extra_adapter_files(f"{RESULTS}/iter_{{it}}/train"),
     output:
         lora=f"{RESULTS}/iter_{{it}}/checkpoint/{CHECKPOINT_FILE}",
         metrics=f"{RESULTS}/iter_{{it}}/metrics/export.json",
+        **extra_adapter_files(f"{RESULTS}/iter_{{it}}/checkpoint"),
     params:
         cfg=export_config(),
         trained_dir=train_dir,

@@ -2,7 +2,7 @@
 # With generate.shards > 1, generate_shard jobs each sample a run of whole batches and rule generate
 # gathers them into the same files (equal byte for byte to an unsharded run's).
 
-GENERATE_INPUT = dict(model=base_model_input, lora=previous_lora_input, prompts=config["prompts"]["train"])
+GENERATE_INPUT = dict(model=base_model_input, lora=rollout_lora_input, prompts=config["prompts"]["train"])
 GENERATE_CFG = stage_config(config, "seed", "model", "prompts", "generate", "device")
 
 
@@ -17,7 +17,7 @@ if config["generate"]["shards"] == 1:
             metrics=f"{RESULTS}/iter_{{it}}/metrics/generate.json",
         params:
             cfg=GENERATE_CFG,
-            lora_dir=previous_lora_dir,
+            lora_dir=rollout_lora_dir,
             record_sde=RECORD_SDE,
         log:
             f"{RESULTS}/logs/iter_{{it}}/generate.log",
@@ -42,7 +42,7 @@ else:
             metrics=f"{RESULTS}/iter_{{it}}/shards/generate_{{shard}}/metrics.json",
         params:
             cfg=GENERATE_CFG,
-            lora_dir=previous_lora_dir,
+            lora_dir=rollout_lora_dir,
             record_sde=RECORD_SDE,
             shard=shard_index,
             shards=config["generate"]["shards"],

@@ -13,8 +13,9 @@ rule train:
     output:
         lora=f"{RESULTS}/iter_{{it}}/train/{TRAINED_FILE}",
         metrics=f"{RESULTS}/iter_{{it}}/metrics/train.json",
+        **extra_adapter_files(f"{RESULTS}/iter_{{it}}/train"),
     params:
-        cfg=stage_config(config, "seed", "model", "train", "data", "device"),
+        cfg=stage_config(config, *TRAIN_SECTIONS),
         lora_dir=previous_lora_dir,
         out_dir=train_dir,
         state_dir=train_state_dir,

@@ -5,4 +5,4 @@ with job(snakemake):  # noqa: F821
     from rewardloop.stages import advantages
 
     advantages.run(snakemake.params.cfg, snakemake.input.scores, snakemake.output.advantages,
-                   snakemake.output.metrics)
+                   snakemake.output.metrics, keep_tied_groups=snakemake.params.keep_tied_groups)

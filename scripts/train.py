@@ -9,7 +9,7 @@ with job(snakemake):  # noqa: F821
     kwargs = dict(
         cfg=cfg,
         iteration=iteration(snakemake),
-        pairs_path=snakemake.input.signal,  # pairs.parquet, or advantages.parquet (grpo, nft)
+        signal_path=snakemake.input.signal,  # pairs.parquet or advantages.parquet, by the objective
         latents_path=snakemake.input.latents,
         init_lora_dir=snakemake.params.lora_dir,
         out_dir=snakemake.params.out_dir,

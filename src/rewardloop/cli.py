@@ -21,6 +21,17 @@ def _inspect(args) -> None:
         print(describe(path))
 
 
+def _objectives(args) -> None:
+    from rewardloop.objectives import OBJECTIVES
+
+    for name, objective in OBJECTIVES.items():
+        print(f"{name}: {objective.description}")
+        print(f"  signal: {objective.signal}; families: {', '.join(objective.families)}; "
+              f"rollouts record steps: {'yes' if objective.records_steps else 'no'}")
+        for key, spec in objective.schema()["properties"].items():
+            print(f"  train.{name}.{key} (default {spec['default']!r}): {spec['description']}")
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="rewardloop", description=__doc__)
     commands = top.add_subparsers(dest="command", required=True)
@@ -40,6 +51,9 @@ def parser() -> argparse.ArgumentParser:
     inspect = commands.add_parser("inspect", help="summarise artifacts (Parquet, safetensors, JSON, folders)")
     inspect.add_argument("paths", nargs="+")
     inspect.set_defaults(func=_inspect)
+
+    listing = commands.add_parser("objectives", help="list the training objectives (train.loss) and their options")
+    listing.set_defaults(func=_objectives)
 
     from rewardloop import score_cli, summary
 

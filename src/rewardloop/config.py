@@ -22,7 +22,15 @@ class ConfigError(ValueError):
 
 
 def load_schema() -> dict:
-    return yaml.safe_load(SCHEMA_PATH.read_text())
+    """The schema file, with ``train.loss``'s choices and each objective's section from the registry."""
+    from rewardloop.objectives import OBJECTIVES
+
+    schema = yaml.safe_load(SCHEMA_PATH.read_text())
+    train = schema["properties"]["train"]["properties"]
+    train["loss"]["enum"] = list(OBJECTIVES)
+    for name, objective in OBJECTIVES.items():
+        train[name] = objective.schema()
+    return schema
 
 
 def _with_defaults(validator_class):
@@ -59,13 +67,23 @@ def _message(error: jsonschema.ValidationError) -> str:
 def validate(config: dict) -> dict:
     """Validate ``config`` in place (defaults filled) and return it; raise ConfigError on failure."""
     _drop_null_rewards(config)
+    refuse_moved_keys(config)
     errors = sorted(_Validator(load_schema()).iter_errors(config), key=lambda e: list(e.path))
     if errors:
         lines = [f"  {_key_path(e)}: {_message(e)}" for e in errors]
         raise ConfigError("invalid config:\n" + "\n".join(lines))
     _fill_family_defaults(config)
+    # Only the chosen objective's section stays: the others' options would be params of no use.
+    for name in [k for k in config["train"] if k != config["train"]["loss"] and k in _objective_names()]:
+        del config["train"][name]
     check_semantics(config)
     return config
+
+
+def _objective_names() -> list[str]:
+    from rewardloop.objectives import OBJECTIVES
+
+    return list(OBJECTIVES)
 
 
 def _fill_family_defaults(config: dict) -> None:
@@ -121,7 +139,7 @@ def check_semantics(config: dict) -> None:
     offline = config["data"]["offline_pairs"]
     if offline and not Path(offline).is_file():
         raise ConfigError(f"data.offline_pairs: {offline} is not a file (expected a Pick-a-Pic layout Parquet)")
-    check_loss_family(config)
+    check_objective(config)
     clash = sorted(set(config["eval"].get("rewards") or {}) & set(config["rewards"]))
     if clash:
         raise ConfigError(f"eval.rewards: {', '.join(clash)} already in rewards (names must differ)")
@@ -167,34 +185,47 @@ def check_shards(config: dict, prompts_per_iteration: int) -> None:
             raise ConfigError(str(exc)) from exc
 
 
-def check_loss_family(config: dict) -> None:
-    """Losses per family (families.FAMILIES: sd15 dpo/sft/grpo, sdxl dpo/sft, sd3 grpo/nft); the group
-    losses train a LoRA on online rollouts; GRPO's step strategy must fit."""
-    from rewardloop.signal.advantages import GROUP_LOSSES
-    from rewardloop.models.families import FAMILIES, get_family
-    from rewardloop.sampling.step_strategies import StepStrategyError, select_sde_steps
+def check_objective(config: dict) -> None:
+    """The objective (``train.loss``) fits the model family, the adapter, the processes and the data;
+    then its own checks (e.g. GRPO's step strategy)."""
+    from rewardloop.objectives import ObjectiveError, get_objective
 
-    loss, family = config["train"]["loss"], config["model"]["family"]
-    if loss not in get_family(family).losses:
-        supported = "; ".join(f"{f.name}: {', '.join(f.losses)}" for f in FAMILIES.values())
-        raise ConfigError(f"train.loss: {loss} is not available for model.family {family} ({supported})")
-    if loss in GROUP_LOSSES:
-        if config["train"].get("adapter", "lora") != "lora":
-            raise ConfigError(f"train.adapter: {loss} trains a LoRA (its reference is the LoRA disabled); "
-                              "set train.adapter: lora")
-        if (config["train"].get("num_processes") or 1) > 1:
-            raise ConfigError(f"train.num_processes: {loss} trains in one process (its micro-batches are not "
-                              "split over ranks); set train.num_processes: null or 1")
-        if config.get("data", {}).get("offline_pairs"):
-            raise ConfigError(f"data.offline_pairs: {loss} trains on online rollouts' advantages, not pairs; "
-                              "set data.offline_pairs: null")
-    if loss == "grpo" and family == "sd15" and config["generate"]["sde"]["noise_level"] > 1:
-        raise ConfigError("generate.sde.noise_level: on sd15 it is DDIM's eta of the recorded steps; must be <= 1")
-    if loss == "grpo":
-        try:
-            select_sde_steps(config["generate"]["sde"], config["generate"]["steps"], [0], 0)
-        except StepStrategyError as exc:
-            raise ConfigError(str(exc)) from exc
+    train, family = config["train"], config["model"]["family"]
+    objective = get_objective(train["loss"])
+    name = objective.name
+    if family not in objective.families:
+        raise ConfigError(f"train.loss: {name} is not available for model.family {family} "
+                          f"({name} trains {', '.join(objective.families)})")
+    if train["adapter"] != "lora" and not objective.full_model:
+        raise ConfigError(f"train.adapter: {name} trains a LoRA (its reference is the LoRA disabled); "
+                          "set train.adapter: lora")
+    if (train["num_processes"] or 1) > 1 and not objective.multi_process:
+        raise ConfigError(f"train.num_processes: {name} trains in one process (its micro-batches are not "
+                          "split over ranks); set train.num_processes: null or 1")
+    if config["data"]["offline_pairs"] and not objective.offline_pairs:
+        raise ConfigError(f"data.offline_pairs: {name} trains on online rollouts' {objective.signal}, not on "
+                          "offline pairs; set data.offline_pairs: null")
+    try:
+        objective.check(config)
+    except ObjectiveError as exc:
+        raise ConfigError(str(exc)) from exc
+
+
+def refuse_moved_keys(config: Mapping) -> None:
+    """Options of one objective moved from ``train`` into its own section: name the new key."""
+    from rewardloop.objectives import OBJECTIVES
+
+    train = config.get("train")
+    if not isinstance(train, Mapping):
+        return
+    moved: dict[str, list[str]] = {}
+    for name, objective in OBJECTIVES.items():
+        for old, new in objective.moved_keys.items():
+            moved.setdefault(old, []).append(f"train.{name}.{new}")
+    errors = [f"  train.{key}: now {' or '.join(moved[key])} (each objective's options live in its own section)"
+              for key in train if key in moved]
+    if errors:
+        raise ConfigError("invalid config:\n" + "\n".join(errors))
 
 
 def stage_config(config: Mapping, *sections: str) -> dict[str, Any]:

@@ -30,7 +30,6 @@ class Family:
     pipeline: str  # diffusers pipeline class name
     conditioning: tuple[str, ...]  # cached conditioning tensors per prompt
     default_resolution: int
-    losses: tuple[str, ...]  # train.loss values it supports
     denoiser: str = "unet"  # pipeline attribute of the denoiser (and LoRA key prefix)
     tiny_builder: str | None = None  # "module:function" building its embedded tiny model
     tiny_pretrained: bool = True  # False: the tiny model is random-init (plumbing only), built from a seed alone
@@ -112,11 +111,11 @@ def add_time_ids(pixel_size: int, batch: int, crop_top_left: tuple[int, int] = (
 
 
 FAMILIES = {
-    "sd15": Family("sd15", "StableDiffusionPipeline", ("prompt_embeds",), 512, ("dpo", "sft", "grpo"),
+    "sd15": Family("sd15", "StableDiffusionPipeline", ("prompt_embeds",), 512,
                    tiny_builder="rewardloop.models.tiny_sd15:build_tiny_sd15"),
-    "sdxl": Family("sdxl", "StableDiffusionXLPipeline", ("prompt_embeds", "pooled_embeds"), 1024, ("dpo", "sft"),
+    "sdxl": Family("sdxl", "StableDiffusionXLPipeline", ("prompt_embeds", "pooled_embeds"), 1024,
                    tiny_builder="rewardloop.models.tiny_sdxl:build_tiny_sdxl", tiny_pretrained=False),
-    "sd3": Family("sd3", "StableDiffusion3Pipeline", ("prompt_embeds", "pooled_embeds"), 1024, ("grpo", "nft"),
+    "sd3": Family("sd3", "StableDiffusion3Pipeline", ("prompt_embeds", "pooled_embeds"), 1024,
                   denoiser="transformer", tiny_builder="rewardloop.models.tiny_sd3:build_tiny_sd3"),
 }
 

@@ -1,9 +1,9 @@
-"""Flow-GRPO training of a LoRA on recorded SDE rollouts (SD3; SD1.5 via DDIM with eta > 0, DDPO-style).
+"""Flow-GRPO (Liu et al., 2025) on recorded SDE rollouts (SD3); on SD1.5 DDIM steps with eta > 0 (DDPO).
 
 For each recorded step of each sample, the transition ``x_t -> x_next`` stored by the generate stage
-is re-scored under the current policy (the transformer with its LoRA, CFG as in the rollout), in
+is re-scored under the current policy (the denoiser with its LoRA, CFG as in the rollout), in
 fp32, and optimised with PPO's clipped surrogate on the group advantages, plus a KL penalty to the
-reference (the same transformer with the LoRA disabled):
+reference (the same denoiser with the LoRA disabled), as flow_grpo's ``train_sd3.py``:
 
     ratio = exp(logp - logp_old)
     policy_loss = mean(max(-A * ratio, -A * clip(ratio, 1 - eps, 1 + eps)))
@@ -17,21 +17,16 @@ micro-batches is a pure function of (seed, iteration), so a resumed run repeats 
 
 from __future__ import annotations
 
-import math
-import time
 from dataclasses import dataclass
-from typing import Mapping
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
-from rewardloop.artifacts import read_table, read_tensors
-from rewardloop.models.families import get_family
+from rewardloop.models.families import EMPTY_PROMPT, Family
+from rewardloop.objectives.options import option
+from rewardloop.objectives.registry import Objective, ObjectiveError, TrainingInputs, objective
 from rewardloop.sampling.flow import Conditioning, guided_velocity
 from rewardloop.sampling.sde import gaussian_log_prob, step_mean, transition_log_prob
-from rewardloop.training.state import load_state
-from rewardloop.training.trainer import PreferenceTrainer, TrainingError
 
 
 def clipped_policy_loss(log_prob, old_log_prob, advantages, clip_range: float):
@@ -57,10 +52,11 @@ class RolloutData:
     """Recorded SDE steps of the kept samples: [N, K, ...] tensors, K = recorded steps per sample.
 
     ``params``: the per-step constants of the family's step (sd3: sigmas, sigmas_next, std;
-    sd15: timesteps, alphas, alphas_prev, std), each [N, K]. ``pooled`` is None for sd15.
+    sd15: timesteps, alphas, alphas_prev, std), each [N, K]. ``pooled`` is None for sd15;
+    ``uncond``: the empty prompt's conditioning (embeddings [1, L, D], pooled [1, P] or None) for CFG.
     """
 
-    family: str
+    family: Family
     latents: torch.Tensor
     next_latents: torch.Tensor
     log_probs: torch.Tensor
@@ -68,6 +64,7 @@ class RolloutData:
     advantages: torch.Tensor
     embeds: torch.Tensor
     pooled: torch.Tensor | None
+    uncond: tuple
     guidance_scale: float
 
     def __len__(self) -> int:
@@ -82,166 +79,144 @@ FLOW_STEP_PARAMS = ("sigmas", "sigmas_next", "std")
 DDIM_STEP_PARAMS = ("timesteps", "alphas", "alphas_prev", "std")
 
 
-def load_rollout_data(advantages_path, latents_path, family: str) -> RolloutData:
-    table = read_table(advantages_path, required=["sample_id", "prompt_id", "advantage"]).to_pandas()
+def load_advantages(inputs: TrainingInputs):
+    """advantages.parquet's rows (sample_id, prompt_id, advantage), refusing an empty table."""
+    table = inputs.signal
+    missing = [c for c in ("sample_id", "prompt_id", "advantage") if c not in table.columns]
+    if missing:
+        raise ObjectiveError(f"{inputs.signal_path}: missing column(s) {', '.join(missing)}")
     if table.empty:
-        raise TrainingError(f"{advantages_path}: no samples with a non-zero advantage (every group tied?)")
-    tensors = read_tensors(latents_path)
-    flow = get_family(family).flow
+        raise ObjectiveError(f"{inputs.signal_path}: no samples with a non-zero advantage (every group tied?)")
+    return table
+
+
+def load_rollouts(inputs: TrainingInputs, family: Family) -> RolloutData:
+    table = load_advantages(inputs)
 
     def get(key: str) -> torch.Tensor:
-        if key not in tensors:
-            raise TrainingError(f"{latents_path}: has no tensor {key!r} (needed by {advantages_path}; "
-                                f"was it generated with train.loss: grpo on a {family} model?)")
-        return tensors[key]
+        if key not in inputs.tensors:
+            raise ObjectiveError(f"{inputs.latents_path}: has no tensor {key!r} (needed by {inputs.signal_path}; "
+                                 f"was it generated with train.loss: grpo on a {family.name} model?)")
+        return inputs.tensors[key]
 
     def stack(name: str) -> torch.Tensor:
         return torch.stack([get(f"trajectory/{sid}/{name}") for sid in table.sample_id])
 
+    pooled_uncond = get(f"{EMPTY_PROMPT}/pooled_embeds")[None] if family.flow else None
     return RolloutData(
         family=family, latents=stack("latents"), next_latents=stack("next_latents"), log_probs=stack("log_probs"),
-        params={name: stack(name) for name in (FLOW_STEP_PARAMS if flow else DDIM_STEP_PARAMS)},
+        params={name: stack(name) for name in (FLOW_STEP_PARAMS if family.flow else DDIM_STEP_PARAMS)},
         advantages=torch.tensor(table.advantage.to_numpy(), dtype=torch.float32),
         embeds=torch.stack([get(f"prompt_embeds/{p}") for p in table.prompt_id]),
-        pooled=torch.stack([get(f"pooled_embeds/{p}") for p in table.prompt_id]) if flow else None,
+        pooled=torch.stack([get(f"pooled_embeds/{p}") for p in table.prompt_id]) if family.flow else None,
+        uncond=(get(f"{EMPTY_PROMPT}/prompt_embeds")[None], pooled_uncond),
         guidance_scale=float(get("rollout/guidance_scale")),
     )
 
 
-def micro_batches(data_len: int, recorded_steps: int, cfg: Mapping, seed: int, iteration: int) -> list[list[tuple]]:
-    """The run's optimizer updates, each a list of (sample indices, recorded step) micro-batches."""
+def epoch_batches(data_len: int, batch_size: int, inner_epochs: int, seed: int, iteration: int) -> list[torch.Tensor]:
+    """Sample indices of each batch: every inner epoch a seeded permutation of the samples, in batches."""
     batches = []
-    for epoch in range(cfg["inner_epochs"]):
+    for epoch in range(inner_epochs):
         state = np.random.SeedSequence([seed, iteration + 1, 7, epoch]).generate_state(1)[0]
         order = torch.randperm(data_len, generator=torch.Generator().manual_seed(int(state)))
-        batches += [order[i: i + cfg["batch_size"]] for i in range(0, data_len, cfg["batch_size"])]
-    per_update = cfg["gradient_accumulation_steps"]
-    return [[(index, k) for index in batches[u: u + per_update] for k in range(recorded_steps)]
-            for u in range(0, len(batches), per_update)]
+        batches += [order[i: i + batch_size] for i in range(0, data_len, batch_size)]
+    return batches
 
 
-class GRPOTrainer(PreferenceTrainer):
-    """Policy = denoiser (transformer or UNet) + LoRA; reference = the same denoiser with the LoRA disabled."""
+@dataclass(frozen=True)
+class GRPOOptions:
+    clip_range: float = option(1e-4, "PPO clip range of the ratio exp(logp - logp_old) (flow_grpo config "
+                                     "train.clip_range; its SD3.5 recipes use 1e-4).", exclusiveMinimum=0)
+    kl_beta: float = option(0.04, "Weight of the KL to the reference, the denoiser with the LoRA disabled "
+                                  "(flow_grpo train.beta: 0.04 in its SD3.5 recipes).", minimum=0)
+    inner_epochs: int = option(1, "Passes over the iteration's samples (flow_grpo train.num_inner_epochs); an "
+                                  "optimizer step accumulates gradient_accumulation_steps batches x recorded steps.",
+                               minimum=1)
+    debug_alignment: bool = option(False, "Skip the optimizer step, so train/log_prob_mean_abs_diff measures the "
+                                          "pure rollout-vs-train numerical drift of the log-probs (the LoRA stays "
+                                          "as it was).")
 
-    def __init__(self, train_cfg: Mapping, transformer, uncond: tuple[torch.Tensor, torch.Tensor],
-                 num_train_timesteps: int, data: RolloutData, seed: int, iteration: int):
-        self.updates = micro_batches(len(data), data.recorded_steps, train_cfg, seed, iteration)
-        super().__init__({**train_cfg, "steps": len(self.updates)}, transformer, None, None, seed, iteration,
-                         family=data.family)
-        self.uncond = uncond
-        self.num_train_timesteps = num_train_timesteps
 
-    def after_init_lora(self) -> None:
-        """Called once model(it-1)'s LoRA is loaded (NFT snapshots its "old" policy here)."""
+@objective("grpo")
+class GRPO(Objective):
+    Options = GRPOOptions
+    description = "Flow-GRPO on the recorded SDE steps (sd3); DDPO-style DDIM steps on sd15."
+    signal = "advantages"
+    records_steps = True
+    families = ("sd3", "sd15")
+    curves = ("train/loss", "train/kl_loss", "train/clipfrac", "train/approx_kl", "train/log_prob_mean_abs_diff")
+    moved_keys = {"clip_range": "clip_range", "kl_beta": "kl_beta", "inner_epochs": "inner_epochs",
+                  "debug_alignment": "debug_alignment"}
 
-    def on_resume(self) -> None:
-        """Called when run() resumes from a checkpoint (NFT restarts its "old" policy there)."""
+    @classmethod
+    def check(cls, config) -> None:
+        from rewardloop.sampling.step_strategies import StepStrategyError, select_sde_steps
 
-    def after_update(self) -> None:
-        """Called after each optimizer step (NFT moves its EMA "old" policy here)."""
+        sde = config["generate"]["sde"]
+        if config["model"]["family"] == "sd15" and sde["noise_level"] > 1:
+            raise ObjectiveError("generate.sde.noise_level: on sd15 it is DDIM's eta of the recorded steps; must be <= 1")
+        try:
+            select_sde_steps(sde, config["generate"]["steps"], [0], 0)
+        except StepStrategyError as exc:
+            raise ObjectiveError(str(exc)) from exc
 
-    def micro_loss(self, data, step: int, micro: int, index, k: int) -> tuple[torch.Tensor, dict]:
-        """Loss and logs of micro-batch ``micro`` (samples ``index``, recorded step ``k``) of update ``step``."""
-        return self.grpo_loss(data, index, k)
+    def load(self, inputs: TrainingInputs, model) -> RolloutData:
+        self.num_train_timesteps = model.scheduler_config["num_train_timesteps"]
+        return load_rollouts(inputs, model.family)
 
-    def _step_mean(self, denoiser, data: RolloutData, index, k: int):
+    def plan(self, data: RolloutData, processes: int) -> list[list[tuple]]:
+        batches = epoch_batches(len(data), self.train.batch_size, self.options.inner_epochs, self.seed, self.iteration)
+        per_update = self.train.gradient_accumulation_steps
+        return [[(index, k) for index in batches[u: u + per_update] for k in range(data.recorded_steps)]
+                for u in range(0, len(batches), per_update)]
+
+    @property
+    def steps_optimizer(self) -> bool:
+        return not self.options.debug_alignment
+
+    def _step_mean(self, denoiser, data: RolloutData, index, k: int, device):
         """Mean of the recorded transition under ``denoiser`` (CFG as in the rollout), fp32."""
-        device = self.accelerator.device
         lat = data.latents[index, k].to(device)
         p = {name: value[index, k].to(device) for name, value in data.params.items()}
         n = len(index)
-        if get_family(data.family).flow:
+        uncond_embeds = data.uncond[0].expand(n, -1, -1).to(device)
+        if data.family.flow:
             cond = Conditioning(data.embeds[index].to(device), data.pooled[index].to(device),
-                                self.uncond[0].expand(n, -1, -1).to(device), self.uncond[1].expand(n, -1).to(device))
+                                uncond_embeds, data.uncond[1].expand(n, -1).to(device))
             velocity = guided_velocity(denoiser, lat, p["sigmas"], cond, data.guidance_scale, self.num_train_timesteps)
             return step_mean(velocity, lat, p["sigmas"], p["sigmas_next"], p["std"])
         from rewardloop.sampling.ddim_logprob import ddim_mean, guided_eps
 
-        eps = guided_eps(denoiser, lat, p["timesteps"], data.embeds[index].to(device),
-                         self.uncond[0].expand(n, -1, -1).to(device), data.guidance_scale)
+        eps = guided_eps(denoiser, lat, p["timesteps"], data.embeds[index].to(device), uncond_embeds,
+                         data.guidance_scale)
         return ddim_mean(eps, lat, p["alphas"], p["alphas_prev"], p["std"])
 
-    def _log_prob(self, data: RolloutData, index, k: int, mean) -> torch.Tensor:
-        device = self.accelerator.device
+    def _log_prob(self, data: RolloutData, index, k: int, mean, device) -> torch.Tensor:
         p = {name: value[index, k].to(device) for name, value in data.params.items()}
         next_latents = data.next_latents[index, k].to(device)
-        if get_family(data.family).flow:
+        if data.family.flow:
             return transition_log_prob(next_latents, mean, p["sigmas"], p["sigmas_next"], p["std"])
         return gaussian_log_prob(next_latents, mean, p["std"])
 
-    def _means(self, data: RolloutData, index, k: int):
-        mean = self._step_mean(self.unet, data, index, k)
+    def loss(self, policy, data: RolloutData, micro):
+        index, k = micro
+        device = policy.device
+        mean = self._step_mean(policy.model, data, index, k, device)
         mean_ref = None
-        if self.cfg["kl_beta"] > 0:
-            with torch.no_grad():
-                self.unet.disable_adapters()
-                try:
-                    mean_ref = self._step_mean(self.unet, data, index, k)
-                finally:
-                    self.unet.enable_adapters()
-        return mean, mean_ref
-
-    def grpo_loss(self, data: RolloutData, index, k: int) -> tuple[torch.Tensor, dict]:
-        device = self.accelerator.device
-        mean, mean_ref = self._means(data, index, k)
-        log_prob = self._log_prob(data, index, k, mean)
+        if self.options.kl_beta > 0:
+            with torch.no_grad(), policy.reference() as reference:
+                mean_ref = self._step_mean(reference, data, index, k, device)
+        log_prob = self._log_prob(data, index, k, mean, device)
         std = data.params["std"][index, k].to(device)  # KL scale: flow std_t, DDIM's transition std
         old = data.log_probs[index, k].to(device)
-        policy, clipfrac, approx_kl = clipped_policy_loss(log_prob, old, data.advantages[index].to(device),
-                                                          self.cfg["clip_range"])
+        policy_loss, clipfrac, approx_kl = clipped_policy_loss(log_prob, old, data.advantages[index].to(device),
+                                                               self.options.clip_range)
         kl = kl_to_reference(mean, mean_ref, std).mean() if mean_ref is not None else torch.zeros((), device=device)
-        loss = policy + self.cfg["kl_beta"] * kl
+        loss = policy_loss + self.options.kl_beta * kl
         return loss, {
-            "train/loss": loss.item(), "train/policy_loss": policy.item(), "train/kl_loss": kl.item(),
+            "train/loss": loss.item(), "train/policy_loss": policy_loss.item(), "train/kl_loss": kl.item(),
             "train/clipfrac": clipfrac.item(), "train/approx_kl": approx_kl.item(),
             "train/log_prob_mean_abs_diff": (log_prob - old).abs().mean().item(),
             "train/ratio_mean": torch.exp(log_prob - old).mean().item(),
         }
-
-    def run(self, data: RolloutData, state_dir, fingerprint: str, progress: bool = True) -> tuple[list[dict], int]:
-        """All optimizer updates of the iteration, resuming from ``state_dir``; (history, resumed-from step)."""
-        transformer, optimizer, lr_scheduler = self.accelerator.prepare(self.unet, self.optimizer, self.lr_scheduler)
-        start, history = load_state(state_dir, fingerprint, self.named_trainable(), self.optimizer, self.lr_scheduler)
-        if start:
-            self.on_resume()
-        transformer.train()
-        for step in tqdm(range(start, len(self.updates)), desc="train", unit="step", disable=not progress):
-            started = time.perf_counter()
-            micro = self.updates[step]
-            logs: dict[str, float] = {}
-            optimizer.zero_grad()
-            for m, (index, k) in enumerate(micro):
-                loss, micro_logs = self.micro_loss(data, step, m, index, k)
-                if not torch.isfinite(loss):
-                    raise TrainingError(f"iteration {self.iteration}, step {step}: loss is {loss.item()}; "
-                                        f"the last good state in {state_dir} is kept")
-                self.accelerator.backward(loss / len(micro))
-                for key, value in micro_logs.items():
-                    logs[key] = logs.get(key, 0.0) + value / len(micro)
-            if not self.cfg["debug_alignment"]:  # debug: measure rollout-vs-train drift only
-                self.accelerator.clip_grad_norm_(self.params, self.cfg["max_grad_norm"])
-                optimizer.step()
-                lr_scheduler.step()
-                self.after_update()
-            logs.update({"step": step, "lr": lr_scheduler.get_last_lr()[0], "time": time.perf_counter() - started})
-            history.append(logs)
-            done = step + 1
-            if done % self.cfg["checkpointing_steps"] == 0 and done < len(self.updates):
-                self.checkpoint(state_dir, done, fingerprint, history)
-        self.require_finite_weights(len(self.updates), state_dir)
-        transformer.eval()
-        return history, start
-
-
-GRPO_CURVES = ("train/loss", "train/kl_loss", "train/clipfrac", "train/approx_kl", "train/log_prob_mean_abs_diff")
-
-
-def summarize_grpo(history: list[dict], resumed_from: int) -> dict:
-    """Means over the run and over its last quarter of the GRPO curves, for metrics.json."""
-    summary = {"resumed_from_step": resumed_from, "steps": len(history)}
-    if history:
-        quarter = max(1, math.ceil(len(history) / 4))
-        for key in GRPO_CURVES:
-            summary[key] = float(np.mean([h[key] for h in history]))
-            summary[f"{key}/last_quarter"] = float(np.mean([h[key] for h in history[-quarter:]]))
-    return summary

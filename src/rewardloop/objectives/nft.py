@@ -1,27 +1,41 @@
-"""DiffusionNFT (Zheng et al., 2025): online RL on the forward process, for flow-matching models.
+"""DiffusionNFT (Zheng et al., 2025), as NVlabs/DiffusionNFT's ``scripts/train_nft_sd3.py`` trains SD3.5-M.
 
-Rollouts are plain ODE samples (no log-probs); training uses only their clean latents x0 and
-rewards. Each advantage maps to an optimality probability r = A / (2 m) + 1/2 in [0, 1], with m the
-largest |A| of the iteration (the advantages stage already clipped them to adv_clip_max). At a noised point x_t = (1 - t) x0 + t eps, with the velocity target v = eps - x0, the
-trained velocity v_theta and the "old" policy's v_old define an implicit positive and negative policy
+Rollouts are plain ODE samples of the *old* policy (no log-probs, no CFG); training uses only
+their clean latents x0 and advantages. Each sample is trained at its rollout's own (shifted)
+timestep grid: a seeded permutation of the grid per sample and inner epoch, of which the first
+``int(steps * timestep_fraction)`` are used, each with fresh noise, x_t = (1 - t) x0 + t eps. With
+the trained velocity v, the old policy's v_old (no grad) and the reference's v_ref (LoRA disabled):
 
-    v_pos = (1 - beta) v_old + beta v_theta,      v_neg = (1 + beta) v_old - beta v_theta
+    v+ = beta v + (1 - beta) v_old,          v- = (1 + beta) v_old - beta v
+    x0± = x_t - t v±,                        L± = mean((x0± - x0)^2) / sg(max(mean|x0± - x0|, 1e-5))
+    r = clip(A, -m, m) / (2 m) + 1/2         (m = advantages.adv_clip_max, the reference's 5)
+    loss = (m / beta) mean_B(r L+ + (1 - r) L-) + kl_beta mean_B mean((v - v_ref)^2)
 
-and the loss  r |v_pos - v|^2 + (1 - r) |v_neg - v|^2  (mean over latent dims, then over samples)
-pulls the positive mixture toward good samples and pushes the negative one toward bad samples. The
-old policy is an adapter that starts as model(it-1)'s LoRA and follows the trained one by EMA
-(decay ``nft_ema_decay``) after every optimizer step. No classifier-free guidance in training
-(the conditional velocity is trained); the paper's adaptive loss weighting is not used.
+(means over latent dims, the adaptive weight in float64). An optimizer step averages the gradients
+of ``gradient_accumulation_steps`` batches x the trained timesteps. The old policy is a second
+copy of the LoRA weights, kept across iterations (``checkpoint/old/``), soft-updated once per
+iteration after training: old <- d old + (1 - d) current, d = min(rate * (global_step - flat), max)
+(0 before ``flat`` steps), global_step = optimizer steps so far.
+
+Departures from the reference code, all stated in the README: rollouts use the Euler ODE (the
+reference uses a 2nd-order DPM solver; the algorithm is solver-agnostic); the reference's separate
+EMA of the LoRA used only for its evaluations and checkpoints (``train.ema``, shared with its GRPO
+script) is not kept; the rollouts' float timesteps are fed to the transformer as they are in training.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
-from rewardloop.artifacts import read_table, read_tensors
-from rewardloop.objectives.grpo import GRPOTrainer
-from rewardloop.training.trainer import TrainingError
+from rewardloop.models.families import Family
+from rewardloop.objectives.grpo import epoch_batches, load_advantages
+from rewardloop.objectives.options import option
+from rewardloop.objectives.registry import Objective, TrainingInputs, objective
+
+SOURCE = "NVlabs/DiffusionNFT scripts/train_nft_sd3.py"
 
 
 def optimality(advantages: torch.Tensor, clip_max: float) -> torch.Tensor:
@@ -29,101 +43,161 @@ def optimality(advantages: torch.Tensor, clip_max: float) -> torch.Tensor:
     return advantages.clamp(-clip_max, clip_max) / (2 * clip_max) + 0.5
 
 
-def nft_loss(v_theta, v_old, target, r, beta: float) -> torch.Tensor:
-    """Per-sample DiffusionNFT loss (see the module docstring); ``r`` is [B]."""
-    v_pos = (1 - beta) * v_old + beta * v_theta
-    v_neg = (1 + beta) * v_old - beta * v_theta
-    dims = tuple(range(1, target.ndim))
-    pos = ((v_pos.float() - target.float()) ** 2).mean(dim=dims)
-    neg = ((v_neg.float() - target.float()) ** 2).mean(dim=dims)
-    return r * pos + (1 - r) * neg
+def adaptive_x0_loss(x0_prediction: torch.Tensor, x0: torch.Tensor) -> torch.Tensor:
+    """Per-sample mean((x0_hat - x0)^2) / sg(max(mean|x0_hat - x0|, 1e-5)), the weight in float64."""
+    dims = tuple(range(1, x0.ndim))
+    with torch.no_grad():
+        weight = (x0_prediction.double() - x0.double()).abs().mean(dim=dims, keepdim=True).clamp(min=1e-5)
+    return ((x0_prediction - x0) ** 2 / weight).mean(dim=dims)
 
 
+def nft_policy_loss(v, v_old, x_t, x0, t, r, beta: float, adv_clip_max: float) -> torch.Tensor:
+    """(adv_clip_max / beta) * mean_B(r L+ + (1 - r) L-) (see the module docstring); ``t`` and ``r`` are [B]."""
+    t = t.view(-1, *[1] * (x0.ndim - 1))
+    v_old = v_old.detach()
+    positive = beta * v + (1 - beta) * v_old
+    negative = (1 + beta) * v_old - beta * v
+    loss_pos = adaptive_x0_loss(x_t - t * positive, x0)
+    loss_neg = adaptive_x0_loss(x_t - t * negative, x0)
+    return (adv_clip_max / beta) * (r * loss_pos + (1 - r) * loss_neg).mean()
+
+
+def old_policy_decay(global_step: int, rate: float, maximum: float, flat_steps: int) -> float:
+    """The reference's ``return_decay``: 0 before ``flat_steps``, then min(rate * (step - flat), max)."""
+    if global_step < flat_steps:
+        return 0.0
+    return min((global_step - flat_steps) * rate, maximum)
+
+
+@dataclass
 class NFTData:
-    """Final latents, advantages and text conditioning of the kept samples."""
+    """Final latents, advantages, conditioning of the samples and the rollouts' timestep grid (sigmas)."""
 
-    family = "sd3"  # NFT's target is flow matching's velocity (config.check_loss_family)
-
-    def __init__(self, latents, advantages, embeds, pooled, clip_max: float):
-        self.latents, self.advantages, self.embeds, self.pooled = latents, advantages, embeds, pooled
-        self.clip_max = clip_max
-        self.recorded_steps = 1  # one noised point per sample and micro-batch
+    latents: torch.Tensor
+    advantages: torch.Tensor
+    embeds: torch.Tensor
+    pooled: torch.Tensor
+    grid: torch.Tensor  # the N sigmas the rollout stepped from (the terminal 0 excluded)
 
     def __len__(self) -> int:
         return len(self.latents)
 
 
-def load_nft_data(advantages_path, latents_path) -> NFTData:
-    table = read_table(advantages_path, required=["sample_id", "prompt_id", "advantage"]).to_pandas()
-    if table.empty:
-        raise TrainingError(f"{advantages_path}: no samples with a non-zero advantage (every group tied?)")
-    tensors = read_tensors(latents_path)
-    advantages = torch.tensor(table.advantage.to_numpy(), dtype=torch.float32)
-    clip_max = float(max(advantages.abs().max().item(), 1e-6))  # the stage's clip (or the largest |A|)
-    return NFTData(
-        latents=torch.stack([tensors[f"latents/{s}"] for s in table.sample_id]),
-        advantages=advantages,
-        embeds=torch.stack([tensors[f"prompt_embeds/{p}"] for p in table.prompt_id]),
-        pooled=torch.stack([tensors[f"pooled_embeds/{p}"] for p in table.prompt_id]),
-        clip_max=clip_max,
-    )
+@dataclass(frozen=True)
+class NFTOptions:
+    beta: float = option(1.0, f"Mixing strength beta of the implicit positive/negative policies ({SOURCE}: "
+                              "config.beta, 1.0 in the SD3.5-M pickscore recipe, 0.1 in the OCR and multi-reward "
+                              "ones).", exclusiveMinimum=0)
+    kl_beta: float = option(1e-4, f"Weight of the velocity-space KL to the reference, the LoRA disabled ({SOURCE}: "
+                                  "config.train.beta = 1e-4).", minimum=0)
+    timestep_fraction: float = option(0.99, "Each sample trains at the first int(steps * fraction) of a seeded "
+                                            f"permutation of its rollout's timestep grid ({SOURCE}: "
+                                            "config.train.timestep_fraction = 0.99, i.e. all but one).",
+                                      exclusiveMinimum=0, maximum=1)
+    inner_epochs: int = option(1, f"Passes over the iteration's samples ({SOURCE}: num_inner_epochs = 1).",
+                               minimum=1)
+    old_decay_rate: float = option(0.001, "The old policy's soft update old <- d old + (1 - d) current after each "
+                                          "iteration, d = min(rate * (global_step - flat), max) "
+                                          f"({SOURCE}: return_decay, decay_type 1: rate 0.001).", minimum=0)
+    old_decay_max: float = option(0.5, f"Upper bound of d (decay_type 1: 0.5; the OCR recipe's type 2: 0.999).",
+                                  minimum=0, maximum=1)
+    old_decay_flat_steps: int = option(0, "Optimizer steps before d leaves 0, the old policy following the trained "
+                                          "one exactly (decay_type 1: 0; type 2: 75).", minimum=0)
 
 
-class NFTTrainer(GRPOTrainer):
-    """Trained adapter = the LoRA; old policy = an EMA copy of its weights, swapped in for v_old."""
+@objective("nft")
+class NFT(Objective):
+    Options = NFTOptions
+    description = "DiffusionNFT on the rollouts' final latents (sd3)."
+    signal = "advantages"
+    families = ("sd3",)
+    keeps_tied_groups = True  # the reference keeps groups of equal rewards, at r = 1/2
+    rollout_adapter = "old"
+    extra_adapters = ("old",)
+    curves = ("train/loss", "train/policy_loss", "train/kl_loss", "train/old_deviate")
+    moved_keys = {"nft_beta": "beta", "inner_epochs": "inner_epochs"}
 
-    def after_init_lora(self) -> None:
-        self.old = [p.detach().clone() for p in self.params]
+    def load(self, inputs: TrainingInputs, model) -> NFTData:
+        self.family: Family = model.family
+        self.num_train_timesteps = model.scheduler_config["num_train_timesteps"]
+        table = load_advantages(inputs)
+        get = inputs.tensor
+        return NFTData(
+            latents=torch.stack([get(f"latents/{s}") for s in table.sample_id]).float(),
+            advantages=torch.tensor(table.advantage.to_numpy(), dtype=torch.float32),
+            embeds=torch.stack([get(f"prompt_embeds/{p}") for p in table.prompt_id]),
+            pooled=torch.stack([get(f"pooled_embeds/{p}") for p in table.prompt_id]),
+            grid=get("rollout/sigmas")[:-1].float(),
+        )
 
-    def _swap_old(self) -> None:
-        with torch.no_grad():
-            for p, old in zip(self.params, self.old):
-                current = p.detach().clone()
-                p.copy_(old)
-                old.copy_(current)
+    def trained_timesteps(self, data: NFTData) -> int:
+        return max(1, int(len(data.grid) * self.options.timestep_fraction))
 
-    def _velocity(self, x_t, t, embeds, pooled):
-        timestep = t * self.num_train_timesteps
-        return self.unet(x_t, encoder_hidden_states=embeds, pooled_projections=pooled, timestep=timestep).sample
+    def plan(self, data: NFTData, processes: int) -> list[list[tuple]]:
+        """Updates of ``gradient_accumulation_steps`` batches x trained timesteps; a micro-batch is
+        (sample indices, grid index of each sample, noise seed)."""
+        batches = epoch_batches(len(data), self.train.batch_size, self.options.inner_epochs, self.seed, self.iteration)
+        per_epoch = -(-len(data) // self.train.batch_size)
+        timesteps = self.trained_timesteps(data)
+        per_update = self.train.gradient_accumulation_steps
+        updates = []
+        for u in range(0, len(batches), per_update):
+            micros = []
+            for b, index in enumerate(batches[u: u + per_update], start=u):
+                order = self._grid_order(len(data), len(data.grid), b // per_epoch)
+                for j in range(timesteps):
+                    noise_seed = int(np.random.SeedSequence([self.seed, self.iteration + 1, 11, b, j]).generate_state(1)[0])
+                    micros.append((index, order[index, j], noise_seed))
+            updates.append(micros)
+        return updates
 
-    def nft_step_loss(self, data: NFTData, index, step: int, micro: int):
-        device = self.accelerator.device
-        state = np.random.SeedSequence([self.seed, self.iteration + 1, 11, step, micro]).generate_state(1)[0]
+    def _grid_order(self, samples: int, grid: int, epoch: int) -> torch.Tensor:
+        """[samples, grid]: each sample's seeded permutation of the grid indices in this inner epoch."""
+        state = np.random.SeedSequence([self.seed, self.iteration + 1, 13, epoch]).generate_state(1)[0]
         gen = torch.Generator().manual_seed(int(state))
+        return torch.stack([torch.randperm(grid, generator=gen) for _ in range(samples)])
+
+    def _velocity(self, policy, module, x_t, t, embeds, pooled) -> torch.Tensor:
+        """The conditional velocity (no CFG, as the reference trains), fp32."""
+        dtype = policy.model.dtype
+        with policy.autocast():
+            return module(x_t.to(dtype), encoder_hidden_states=embeds.to(dtype), pooled_projections=pooled.to(dtype),
+                          timestep=(t * self.num_train_timesteps).to(dtype)).sample.float()
+
+    def loss(self, policy, data: NFTData, micro):
+        index, grid_index, noise_seed = micro
+        device = policy.device
         x0 = data.latents[index]
-        noise = torch.randn(x0.shape, generator=gen)
-        t = torch.rand(len(index), generator=gen).clamp(0.02, 0.98)  # avoid the degenerate ends
-        x_t = ((1 - t.view(-1, 1, 1, 1)) * x0 + t.view(-1, 1, 1, 1) * noise).to(device)
-        embeds, pooled, t = data.embeds[index].to(device), data.pooled[index].to(device), t.to(device)
-        self._swap_old()
-        try:
-            with torch.no_grad():
-                v_old = self._velocity(x_t, t, embeds, pooled)
-        finally:
-            self._swap_old()
-        v_theta = self._velocity(x_t, t, embeds, pooled)
-        r = optimality(data.advantages[index], data.clip_max).to(device)
-        loss = nft_loss(v_theta, v_old, (noise - x0).to(device), r, self.cfg["nft_beta"]).mean()
-        return loss, {"train/loss": loss.item(),
-                      "train/old_new_velocity_diff": (v_theta.detach() - v_old).abs().mean().item()}
+        noise = torch.randn(x0.shape, generator=torch.Generator().manual_seed(noise_seed))
+        t = data.grid[grid_index]
+        tt = t.view(-1, 1, 1, 1)
+        x_t = ((1 - tt) * x0 + tt * noise).to(device)
+        x0, t = x0.to(device), t.to(device)
+        embeds, pooled = data.embeds[index].to(device), data.pooled[index].to(device)
+        with torch.no_grad(), policy.swapped_in("old"):
+            v_old = self._velocity(policy, policy.model, x_t, t, embeds, pooled)
+        v = self._velocity(policy, policy.module, x_t, t, embeds, pooled)
+        clip = self.config["advantages"]["adv_clip_max"]
+        r = optimality(data.advantages[index].to(device), clip)
+        policy_loss = nft_policy_loss(v, v_old, x_t, x0, t, r, self.options.beta, clip)
+        kl = torch.zeros((), device=device)
+        if self.options.kl_beta > 0:
+            with torch.no_grad(), policy.reference() as reference:
+                v_ref = self._velocity(policy, reference, x_t, t, embeds, pooled)
+            kl = ((v - v_ref) ** 2).mean(dim=tuple(range(1, v.ndim))).mean()
+        loss = policy_loss + self.options.kl_beta * kl
+        return loss, {"train/loss": loss.item(), "train/policy_loss": policy_loss.item(), "train/kl_loss": kl.item(),
+                      "train/old_deviate": ((v.detach() - v_old) ** 2).mean().item()}
 
-    # run() is GRPOTrainer's: the hooks below make it NFT's.
-    def micro_loss(self, data: NFTData, step: int, micro: int, index, k: int):
-        return self.nft_step_loss(data, index, step, micro)
+    def start(self, policy, data) -> None:
+        if "old" not in policy.extra:  # iteration 0: the old policy starts as a copy of the trained adapter
+            policy.extra["old"] = [p.detach().clone() for p in policy.trainable]
 
-    def on_resume(self) -> None:
-        self.after_init_lora()  # the EMA copy is not checkpointed: restart it from the resumed weights
-
-    def after_update(self) -> None:
-        decay = self.cfg["nft_ema_decay"]
+    def finish(self, policy, updates: int) -> None:
+        """The iteration's soft update of the old policy (after all of its optimizer steps)."""
+        global_step = (self.iteration + 1) * updates
+        decay = old_policy_decay(global_step, self.options.old_decay_rate, self.options.old_decay_max,
+                                 self.options.old_decay_flat_steps)
         with torch.no_grad():
-            for p, old in zip(self.params, self.old):
-                old.mul_(decay).add_(p.detach(), alpha=1 - decay)
-
-
-def summarize_nft(history: list[dict], resumed_from: int) -> dict:
-    summary = {"resumed_from_step": resumed_from, "steps": len(history)}
-    if history:
-        summary["train/loss"] = float(np.mean([h["train/loss"] for h in history]))
-        summary["train/loss/last"] = history[-1]["train/loss"]
-    return summary
+            for old, current in zip(policy.extra["old"], policy.trainable):
+                old.copy_(old * decay + current.detach() * (1.0 - decay))

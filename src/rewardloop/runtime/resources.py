@@ -42,10 +42,10 @@ def train_processes(train_cfg: Mapping, job_gpus: int) -> int:
 
     The job script passes its actual ``gpu`` resource (a profile's set-resources may override the config's).
     """
-    from rewardloop.signal.advantages import GROUP_LOSSES
+    from rewardloop.objectives import get_objective
 
-    if train_cfg["loss"] in GROUP_LOSSES:
-        return 1  # GRPO/NFT do not split their micro-batches over ranks (config.check_loss_family)
+    if not get_objective(train_cfg["loss"]).multi_process:
+        return 1  # GRPO/NFT do not split their micro-batches over ranks (config.check_objective)
     configured = train_cfg["num_processes"]
     return configured if configured is not None else max(1, int(job_gpus or 0))
 

@@ -4,7 +4,8 @@
 
 The std is the population std (ddof = 0, as numpy's default that Flow-GRPO uses) of the group, or
 of the whole batch with ``globalize_reward_std`` (the miles-diffusion recipe). Groups whose rewards
-are all equal carry no signal and are dropped; their share is ``train/zero_std_ratio``.
+are all equal carry no signal and are dropped (their share is ``train/zero_std_ratio``), unless the
+objective keeps them at A = 0 (``keep_tied_groups``: DiffusionNFT, where r = 1/2 still regularises).
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ import numpy as np
 import pandas as pd
 
 EPS = 1e-4
-GROUP_LOSSES = ("grpo", "nft")  # train.loss values trained on advantages instead of pairs
 
 
-def compute_advantages(scores: pd.DataFrame, globalize_reward_std: bool, adv_clip_max: float) -> tuple[pd.DataFrame, dict]:
+def compute_advantages(scores: pd.DataFrame, globalize_reward_std: bool, adv_clip_max: float,
+                       keep_tied_groups: bool = False) -> tuple[pd.DataFrame, dict]:
     """scores: sample_id, prompt_id, reward. Returns (advantages table, metrics)."""
     grouped = scores.groupby("prompt_id", sort=False)["reward"]
     frame = scores[["sample_id", "prompt_id", "reward"]].copy()
@@ -27,7 +28,7 @@ def compute_advantages(scores: pd.DataFrame, globalize_reward_std: bool, adv_cli
     zero = frame.group_std == 0
     groups = frame.prompt_id.nunique()
     zero_groups = frame.loc[zero, "prompt_id"].nunique()
-    kept = frame.loc[~zero].reset_index(drop=True)
+    kept = frame if keep_tied_groups else frame.loc[~zero].reset_index(drop=True)
     metrics = {
         "train/zero_std_ratio": zero_groups / groups if groups else 0.0,
         "advantages/samples": len(kept),

@@ -43,7 +43,8 @@ def rollout(pipe, prompts: pd.DataFrame, seeds: list[list[int]], settings, batch
     Returns (rows with sample_id/prompt_id/prompt/group/seed/image + sampler settings,
     final latents [N, C, h, w], tensors to store: {"<key>/<prompt_id>": conditioning tensor} with the
     family's keys, e.g. prompt_embeds and, for SDXL and SD3, pooled_embeds; the empty prompt's as
-    empty_prompt/<key>; for recorded rollouts ``trajectory/<sample_id>/<key>`` and rollout/guidance_scale).
+    empty_prompt/<key>; for recorded rollouts ``trajectory/<sample_id>/<key>`` and rollout/guidance_scale;
+    for flow models the sigma grid, rollout/sigmas).
     ``rows_slice``: only those samples (a shard; every prompt is still encoded together, so the
     conditioning equals the unsharded run's), with the conditioning of their prompts only.
     ``sde``: GRPO rollouts, ``(noise level, SDE step indices of each sample)`` for all samples in row
@@ -85,6 +86,10 @@ def rollout(pipe, prompts: pd.DataFrame, seeds: list[list[int]], settings, batch
     tensors.update({f"{EMPTY_PROMPT}/{k}": v[0].cpu() for k, v in empty.items()})
     if sde:
         _add_records(tensors, rows, records, settings)
+    if family.flow:  # the timestep grid the rollout stepped from (DiffusionNFT trains at these)
+        from rewardloop.sampling.flow import sigma_schedule
+
+        tensors["rollout/sigmas"] = sigma_schedule(pipe.scheduler, settings.steps)
     return pd.DataFrame(rows), latents, tensors
 
 

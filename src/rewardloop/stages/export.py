@@ -32,7 +32,8 @@ def _check_finite(source: Path, iteration: int) -> dict:
 
 
 def run(cfg, iteration: int, trained_dir, checkpoint_dir, metrics_path=None, previous_dir=None):
-    """cfg: model, export, train (only ``train.adapter`` is read; absent = lora).
+    """cfg: model, export, train (``train.adapter``, absent = lora; ``train.extra_adapters``, weight sets
+    beside the LoRA that model(it) keeps in subfolders).
 
     ``previous_dir``: model(it-1)'s folder, whose components a fully fine-tuned UNet joins.
     """
@@ -47,6 +48,12 @@ def run(cfg, iteration: int, trained_dir, checkpoint_dir, metrics_path=None, pre
     else:
         if cfg["export"]["merged"]:
             _export_merged(cfg["model"], trained_dir, checkpoint_dir / "merged")
+        # Weight sets the objective keeps beside the LoRA (NFT's old policy) first: the LoRA marks model(it) done.
+        for name in cfg["train"].get("extra_adapters", []):
+            extra = Path(trained_dir) / name / models.LORA_WEIGHTS
+            _check_finite(extra, iteration)
+            with atomic_path(checkpoint_dir / name / models.LORA_WEIGHTS) as tmp:
+                shutil.copyfile(extra, tmp)
         with atomic_path(checkpoint_dir / models.LORA_WEIGHTS) as tmp:
             shutil.copyfile(source, tmp)
     info = {

@@ -1,102 +1,109 @@
-"""train: one iteration of DPO/SFT on the iteration's pairs, starting from model(it-1).
+"""train: one iteration of the configured objective (``train.loss``), starting from model(it-1).
 
-The group losses (GRPO, NFT) train on the advantages instead: see :mod:`rewardloop.stages.train_group`.
-
-``train.adapter: lora`` continues model(it-1)'s LoRA; ``none`` fine-tunes every UNet weight of
+Reads the iteration's signal (pairs.parquet or advantages.parquet) and latents.safetensors,
+loads the models the objective needs, and lets the Trainer run the objective's plan.
+``train.adapter: lora`` continues model(it-1)'s LoRA; ``none`` fine-tunes every denoiser weight of
 model(it-1) (a full diffusers folder, or the base plus ``model.init_lora`` fused at iteration 0).
-Offline pairs (``data.offline_pairs``, encoded once by rule encode_offline_pairs) are mixed in.
+Weight sets an objective keeps beside its LoRA (NFT's old policy) are read from and written to
+``<model>/<name>/``. Offline pairs (``data.offline_pairs``, encoded once) are mixed in.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from pathlib import Path
 
+from rewardloop.artifacts import config_hash, read_table, read_tensors
 from rewardloop.models import loading as models
-from rewardloop.signal.advantages import GROUP_LOSSES
-from rewardloop.artifacts import config_hash
+from rewardloop.models.families import get_family
 from rewardloop.models.lora import load_lora_into, save_lora
+from rewardloop.objectives import TrainingInputs, get_objective
+from rewardloop.objectives.registry import ModelInfo
 from rewardloop.stages.common import timed, torch_setup, write_metrics
-from rewardloop.training.trainer import PreferenceTrainer, concat_pairs, load_pair_data, summarize
+from rewardloop.training.trainer import Trainer
 
 
-def _file_digest(path) -> str:
+def file_digest(path) -> str:
+    """A short content hash of a file ("none" for no file)."""
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16] if path else "none"
 
 
-def _init_digest(init_dir) -> str:
-    """Identity of model(it-1): the LoRA's content hash; a full model's UNet file size and mtime."""
-    if not init_dir:
+def _model_digest(model_dir) -> str:
+    """Identity of model(it-1): its LoRA's content hash; a full model's UNet file size and mtime."""
+    if not model_dir:
         return "none"
-    if models.is_full_model(init_dir):
-        stat = (Path(init_dir) / models.FULL_UNET_WEIGHTS).stat()
+    if models.is_full_model(model_dir):
+        stat = (Path(model_dir) / models.FULL_UNET_WEIGHTS).stat()
         return f"full-{stat.st_size}-{stat.st_mtime_ns}"
-    return _file_digest(Path(init_dir) / models.LORA_WEIGHTS)
+    return file_digest(Path(model_dir) / models.LORA_WEIGHTS)
 
 
-def _load_models(cfg, init_dir, device):
-    """(pipeline whose UNet is trained, frozen reference UNet or None)."""
-    train_cfg, model_cfg = cfg["train"], cfg["model"]
-    needs_reference = train_cfg["loss"] == "dpo"
-    if train_cfg["adapter"] == "none":
-        # Policy: model(it-1) itself. Reference: a frozen copy of it (None; previous) or the base.
+def _load_models(model_cfg, adapter: str, reference_kind: str | None, init_dir, device):
+    """(pipeline whose denoiser is trained, frozen reference denoiser or None = the LoRA disabled)."""
+    if adapter == "none":
+        # Policy: model(it-1) itself. Reference: the base, or a frozen copy of model(it-1).
         pipe = models.load_pipeline(model_cfg, lora_dir=init_dir, device=device)
-        reference = None
-        if needs_reference and train_cfg["reference"] == "base" and init_dir:
-            reference = models.load_pipeline(model_cfg, device=device).unet
-        return pipe, reference
+        if reference_kind is None:
+            return pipe, None
+        if reference_kind == "base" and init_dir:
+            return pipe, models.load_pipeline(model_cfg, device=device).unet
+        return pipe, copy.deepcopy(pipe.unet)
     pipe = models.load_pipeline(model_cfg, device=device)
-    reference = None
-    if needs_reference and train_cfg["reference"] == "previous" and init_dir:
-        reference = models.load_pipeline(model_cfg, lora_dir=init_dir, device=device).unet
-    return pipe, reference
+    if reference_kind == "previous" and init_dir:
+        return pipe, models.load_pipeline(model_cfg, lora_dir=init_dir, device=device).unet
+    return pipe, None
 
 
-def run(cfg, iteration: int, pairs_path, latents_path, init_lora_dir, out_dir, state_dir, metrics_path,
+def _inputs(signal_path, latents_path) -> TrainingInputs:
+    return TrainingInputs(read_table(signal_path).to_pandas(), read_tensors(latents_path), str(signal_path),
+                          str(latents_path))
+
+
+def run(cfg, iteration: int, signal_path, latents_path, init_lora_dir, out_dir, state_dir, metrics_path,
         threads=1, progress=True, offline_pairs_path=None, offline_latents_path=None):
-    """cfg: seed, model, train, data, device. ``init_lora_dir``: model(it-1)'s folder or None (the base).
-
-    ``pairs_path``: pairs.parquet, or advantages.parquet for the group losses (grpo, nft).
-    """
-    from diffusers import DDPMScheduler
-
-    if cfg["train"]["loss"] in GROUP_LOSSES:
-        from rewardloop.stages import train_group
-
-        return train_group.run(cfg, iteration, pairs_path, latents_path, init_lora_dir, out_dir, state_dir,
-                               metrics_path, threads=threads, progress=progress)
-
-    train_cfg = cfg["train"]
-    family = cfg["model"]["family"]
+    """cfg: seed, model, train, data, device (and advantages for the group objectives). ``init_lora_dir``: model(it-1)'s folder or None (the base)."""
+    family = get_family(cfg["model"]["family"])
+    objective = get_objective(cfg["train"]["loss"]).from_config(cfg, iteration)
+    train = objective.train
     metrics = {"iteration": iteration}
     device = torch_setup(threads, cfg["device"])
     with timed(metrics, "perf/model_load_time"):
-        pipe, reference = _load_models(cfg, init_lora_dir, device)
-    noise_scheduler = DDPMScheduler.from_config(pipe.scheduler.config)
-    trainer = PreferenceTrainer(train_cfg, pipe.unet, reference, noise_scheduler, cfg["seed"], iteration,
-                                family=family, vae_scale_factor=pipe.vae_scale_factor)
-    if init_lora_dir and train_cfg["adapter"] == "lora":
-        load_lora_into(trainer.unet, family, init_lora_dir)
-    data = load_pair_data(pairs_path, latents_path)
-    metrics["pairs"] = len(data)
+        pipe, reference = _load_models(cfg["model"], train.adapter, objective.reference(), init_lora_dir, device)
+    trainer = Trainer(train, getattr(pipe, family.denoiser), cfg["seed"], iteration, reference)
+    extra_dirs = {name: Path(init_lora_dir) / name for name in objective.extra_adapters if init_lora_dir}
+    for name, folder in extra_dirs.items():
+        if (folder / models.LORA_WEIGHTS).is_file():
+            load_lora_into(trainer.model, family.name, folder)
+            trainer.policy.extra[name] = [p.detach().clone() for p in trainer.params]
+    if init_lora_dir and train.adapter == "lora":
+        load_lora_into(trainer.model, family.name, init_lora_dir)
+    data = objective.load(_inputs(signal_path, latents_path),
+                          ModelInfo(family, pipe.scheduler.config, pipe.vae_scale_factor))
+    metrics[objective.signal if objective.signal == "pairs" else "samples"] = len(data)
     if offline_pairs_path:
-        offline = load_pair_data(offline_pairs_path, offline_latents_path)
-        data = concat_pairs(data, offline, cfg["data"]["offline_fraction"])
-        metrics["offline_pairs"] = len(offline)
-    fingerprint = "-".join([config_hash(cfg), str(iteration), _file_digest(pairs_path), _init_digest(init_lora_dir),
-                            _file_digest(offline_pairs_path)])
+        data = objective.add_offline(data, _inputs(offline_pairs_path, offline_latents_path),
+                                     cfg["data"]["offline_fraction"])
+        metrics["offline_pairs"] = data.offline
+    fingerprint = "-".join([config_hash(cfg), str(iteration), file_digest(signal_path), file_digest(latents_path),
+                            _model_digest(init_lora_dir), file_digest(offline_pairs_path),
+                            *[file_digest(folder / models.LORA_WEIGHTS) for folder in extra_dirs.values()
+                              if (folder / models.LORA_WEIGHTS).is_file()]])
     with timed(metrics, "perf/train_time"):
-        history, resumed_from = trainer.run(data, state_dir, fingerprint, progress=progress)
+        history, resumed_from = trainer.run(objective, data, state_dir, fingerprint, progress=progress)
     if not trainer.accelerator.is_main_process:
         return  # every rank holds the same weights; rank 0 writes them
-    if train_cfg["adapter"] == "none":
+    if train.adapter == "none":
         from rewardloop.models.full_model import save_unet
 
-        save_unet(trainer.accelerator.unwrap_model(trainer.unet), out_dir)
+        save_unet(trainer.accelerator.unwrap_model(trainer.model), out_dir)
     else:
-        save_lora(trainer.unet, family, train_cfg["lora"], out_dir)
+        save_lora(trainer.model, family.name, train.lora, out_dir)
+    for name in objective.extra_adapters:
+        with trainer.policy.swapped_in(name):
+            save_lora(trainer.model, family.name, train.lora, Path(out_dir) / name)
     metrics["train/learning_rate"] = trainer.learning_rate
-    metrics.update(summarize(history, resumed_from))
+    metrics.update(objective.summarize(history, resumed_from))
     metrics.update({"history": history, "processes": trainer.accelerator.num_processes})
     write_metrics(metrics, metrics_path)
 

@@ -7,7 +7,10 @@
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rewardloop.training.config import TrainConfig
 
 OPTIMIZERS = ("adamw", "adafactor", "adamw_8bit")
 
@@ -16,27 +19,27 @@ class OptimizerError(ValueError):
     pass
 
 
-def effective_learning_rate(train_cfg: Mapping, num_processes: int = 1) -> float:
+def effective_learning_rate(train_cfg: TrainConfig, num_processes: int = 1) -> float:
     """``learning_rate``, times accumulation x per-process batch x processes with ``scale_lr``."""
-    lr = float(train_cfg["learning_rate"])
-    if train_cfg.get("scale_lr"):
-        lr *= train_cfg["gradient_accumulation_steps"] * train_cfg["batch_size"] * num_processes
+    lr = float(train_cfg.learning_rate)
+    if train_cfg.scale_lr:
+        lr *= train_cfg.gradient_accumulation_steps * train_cfg.batch_size * num_processes
     return lr
 
 
-def build_optimizer(params, train_cfg: Mapping, lr: float):
-    name = train_cfg.get("optimizer", "adamw")
-    betas = (train_cfg["adam_beta1"], train_cfg["adam_beta2"])
+def build_optimizer(params, train_cfg: TrainConfig, lr: float):
+    name = train_cfg.optimizer
+    betas = (train_cfg.adam_beta1, train_cfg.adam_beta2)
     if name == "adamw":
         import torch
 
-        return torch.optim.AdamW(params, lr=lr, betas=betas, eps=train_cfg["adam_epsilon"],
-                                 weight_decay=train_cfg["weight_decay"])
+        return torch.optim.AdamW(params, lr=lr, betas=betas, eps=train_cfg.adam_epsilon,
+                                 weight_decay=train_cfg.weight_decay)
     if name == "adafactor":
         from transformers.optimization import Adafactor
 
         # DiffusionDPO's settings: a fixed external lr (no relative step, no parameter scaling).
-        return Adafactor(params, lr=lr, weight_decay=train_cfg["weight_decay"], clip_threshold=1.0,
+        return Adafactor(params, lr=lr, weight_decay=train_cfg.weight_decay, clip_threshold=1.0,
                          scale_parameter=False, relative_step=False)
     if name == "adamw_8bit":
         try:
@@ -46,27 +49,27 @@ def build_optimizer(params, train_cfg: Mapping, lr: float):
                 "train.optimizer: adamw_8bit needs the optional package bitsandbytes (pip install bitsandbytes, "
                 "CUDA only); use adamw or adafactor otherwise"
             ) from exc
-        return bnb.optim.AdamW8bit(params, lr=lr, betas=betas, eps=train_cfg["adam_epsilon"],
-                                   weight_decay=train_cfg["weight_decay"])
+        return bnb.optim.AdamW8bit(params, lr=lr, betas=betas, eps=train_cfg.adam_epsilon,
+                                   weight_decay=train_cfg.weight_decay)
     raise OptimizerError(f"train.optimizer: unknown optimizer {name!r} (expected one of {', '.join(OPTIMIZERS)})")
 
 
-def build_lr_scheduler(optimizer, train_cfg: Mapping):
-    """A diffusers schedule over ``train.steps`` optimizer steps."""
+def build_lr_scheduler(optimizer, train_cfg: TrainConfig, total_steps: int):
+    """A diffusers schedule over the iteration's ``total_steps`` optimizer steps."""
     from diffusers.optimization import get_scheduler
 
     return get_scheduler(
-        train_cfg["lr_scheduler"],
+        train_cfg.lr_scheduler,
         optimizer=optimizer,
-        num_warmup_steps=train_cfg["lr_warmup_steps"],
-        num_training_steps=train_cfg["steps"],
+        num_warmup_steps=train_cfg.lr_warmup_steps,
+        num_training_steps=total_steps,
     )
 
 
-def apply_gpu_switches(train_cfg: Mapping) -> None:
+def apply_gpu_switches(train_cfg: TrainConfig) -> None:
     """TF32 matmuls/convolutions on Ampere+ GPUs (``train.allow_tf32``); a no-op on the CPU."""
     import torch
 
-    if train_cfg.get("allow_tf32"):
+    if train_cfg.allow_tf32:
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
