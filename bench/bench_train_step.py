@@ -16,29 +16,35 @@ import numpy as np
 import torch
 
 from rewardloop.models import loading as models, synthetic
-from rewardloop.training.trainer import PairData, PreferenceTrainer
+from rewardloop.models.families import get_family
+from rewardloop.objectives import get_objective
+from rewardloop.objectives.preference import PairData
+from rewardloop.objectives.registry import ModelInfo
+from rewardloop.training.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def make_trainer(pipe, batch: int) -> PreferenceTrainer:
-    from diffusers import DDPMScheduler
-
+def make_trainer(pipe, batch: int):
+    """(Trainer of a fresh LoRA on the pipeline's UNet, the DPO objective bound to the model)."""
     from rewardloop.config import validate
 
     train = {
-        "loss": "dpo", "beta": 2000.0, "batch_size": batch, "gradient_accumulation_steps": 1,
+        "loss": "dpo", "dpo": {"beta": 2000.0}, "batch_size": batch, "gradient_accumulation_steps": 1,
         "learning_rate": 1e-4, "weight_decay": 0.0, "lr_scheduler": "constant", "lr_warmup_steps": 0,
         "steps": 1000, "max_grad_norm": 1.0, "mixed_precision": "no",
         "lora": {"rank": 8, "alpha": 8, "targets": ["to_q", "to_k", "to_v", "to_out.0"]},
     }
     prompts = {k: str(ROOT / f"resources/prompts/{k}.txt") for k in ("train", "eval")}
-    cfg = validate({"train": train, "prompts": prompts})["train"]  # the schema's defaults for the rest
-    return PreferenceTrainer(cfg, pipe.unet, None, DDPMScheduler.from_config(pipe.scheduler.config), 0, 0)
+    cfg = validate({"train": train, "prompts": prompts})  # the schema's defaults for the rest
+    objective = get_objective("dpo").from_config(cfg, 0)
+    objective.use_model(ModelInfo(get_family("sd15"), pipe.scheduler.config, pipe.vae_scale_factor))
+    return Trainer(objective.train, pipe.unet, 0, 0), objective
 
 
-def optimizer_step(trainer: PreferenceTrainer, data: PairData, step: int) -> None:
-    loss, _ = trainer.loss(data, step, 0)
+def optimizer_step(setup, data: PairData, step: int) -> None:
+    trainer, objective = setup
+    loss, _ = objective.loss(trainer.policy, data, (step, 0))
     loss.backward()
     trainer.optimizer.step()
     trainer.optimizer.zero_grad()

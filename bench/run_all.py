@@ -2,7 +2,7 @@
 
 The default run is benchmarked first and its tiny model reused by the stage benchmarks, so the
 model is built once. The reward benchmark and the SD1.5-size benchmarks are long; run them by hand
-(see README, "Benchmarks").
+(see docs/performance.md).
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ def test_full_finetune_with_offline_pairs_one_iteration(tmp_path, tiny_model):
 
     write_pickapic(tmp_path / "pickapic.parquet")
     overlay = tiny_overlay(tiny_model, iterations=1, tracking={"enabled": False},
-                           train={"adapter": "none", "reference": "base", "learning_rate": 1e-4,
+                           train={"adapter": "none", "dpo": {"reference": "base"}, "learning_rate": 1e-4,
                                   "optimizer": "adafactor"},
                            data={"offline_pairs": str(tmp_path / "pickapic.parquet"), "offline_fraction": 0.25})
     write_overlay(tmp_path, overlay)

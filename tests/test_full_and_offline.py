@@ -58,7 +58,7 @@ def test_full_finetune_trains_every_weight_and_keeps_the_reference_frozen(tiny_m
     from rewardloop.models.full_model import save_unet
 
     cfg = validated(train={"adapter": "none", "reference_offload": True, "steps": 3, "batch_size": 2,
-                           "learning_rate": 1e-3, "beta": 2000, "checkpointing_steps": 100})
+                           "learning_rate": 1e-3, "dpo": {"beta": 2000}, "checkpointing_steps": 100})
     pipe = models.load_pipeline({"family": "sd15", "path": str(tiny_model)})
     start = probe(pipe.unet)
     trainer = PreferenceTrainer(cfg["train"], pipe.unet, None, DDPMScheduler.from_config(pipe.scheduler.config), 0, 0)

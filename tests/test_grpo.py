@@ -85,7 +85,7 @@ def test_grpo_iterations_align_train_and_learn(tiny_sd3_model, tmp_path):
     assert metrics["history"][-1]["train/clipfrac"] > 0  # clipping engages after an update
     assert all(math.isfinite(h["train/kl_loss"]) for h in metrics["history"])
 
-    debug = _cfg(tiny_sd3_model, debug_alignment=True)
+    debug = _cfg(tiny_sd3_model, grpo={"debug_alignment": True})
     before = read_tensors(folder / "train/pytorch_lora_weights.safetensors")
     folder1, metrics1 = _iteration(debug, tmp_path, 1, lora_dir=str(folder / "train"))
     after = read_tensors(folder1 / "train/pytorch_lora_weights.safetensors")
@@ -112,7 +112,8 @@ def test_grpo_on_sd15_via_ddim_with_eta(tiny_model, tmp_path):
         "model": {"path": str(tiny_model), "build_tiny": False},
         "generate": {"prompts_per_iteration": 3, "images_per_prompt": 4, "steps": 4, "batch_size": 16,
                      "sde": {"noise_level": 1.0, "num_sde_steps": 2, "window_range": [0, 4]}},
-        "train": {"loss": "grpo", "batch_size": 6, "learning_rate": 1e-3, "clip_range": 1e-3, "checkpointing_steps": 100},
+        "train": {"loss": "grpo", "batch_size": 6, "learning_rate": 1e-3, "grpo": {"clip_range": 1e-3},
+                  "checkpointing_steps": 100},
     })
     folder, metrics = _iteration(cfg, tmp_path, 0)
     assert metrics["history"][0]["train/log_prob_mean_abs_diff"] <= 1e-5

@@ -2,7 +2,8 @@ import math
 
 import torch
 
-from rewardloop.objectives.losses import denoising_mse, dpo_loss
+from rewardloop.objectives.dpo import dpo_loss
+from rewardloop.objectives.preference import denoising_mse
 
 
 def test_dpo_loss_matches_hand_computation():

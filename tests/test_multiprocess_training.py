@@ -22,7 +22,7 @@ pytestmark = pytest.mark.workflow  # launches processes: slower than a unit test
 def train_once(run_cfg, pair_files, out, processes, batch_size):  # noqa: F811
     cfg = stage_config(run_cfg, "seed", "model", "train", "device")
     cfg["train"].update(steps=4, checkpointing_steps=2, batch_size=batch_size, num_processes=processes)
-    kwargs = dict(cfg=cfg, iteration=0, pairs_path=str(pair_files / "pairs.parquet"),
+    kwargs = dict(cfg=cfg, iteration=0, signal_path=str(pair_files / "pairs.parquet"),
                   latents_path=str(pair_files / "latents.safetensors"), init_lora_dir=None,
                   out_dir=str(out / "train"), state_dir=str(out / "state"), metrics_path=str(out / "train.json"),
                   threads=1, progress=False)

@@ -1,39 +1,105 @@
-"""DiffusionNFT: the loss by hand, and one training iteration through the stage functions."""
+"""DiffusionNFT as published: the loss against an independent float64 computation of the reference
+code's formulas, the old policy's schedule, and iterations through the stage functions."""
 
 from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 
-from rewardloop.artifacts import read_tensors
-from rewardloop.objectives.nft import nft_loss, optimality
+from rewardloop.artifacts import read_table, read_tensors
+from rewardloop.objectives.nft import nft_policy_loss, old_policy_decay, optimality
 from rewardloop.stages import advantages, generate, score, train
 
 from test_grpo import _cfg
 
 
-def test_nft_loss_by_hand():
-    v_theta, v_old, target = torch.full((2, 1, 2, 2), 2.0), torch.zeros(2, 1, 2, 2), torch.ones(2, 1, 2, 2)
-    r = torch.tensor([1.0, 0.25])
-    loss = nft_loss(v_theta, v_old, target, r, beta=0.5)
-    # v_pos = 1, v_neg = -1: sample 0 -> (1-1)^2 = 0; sample 1 -> 0.25*0 + 0.75*(-1-1)^2 = 3
-    assert loss.tolist() == pytest.approx([0.0, 3.0])
+def reference_nft_loss(v, v_old, x_t, x0, t, advantages, beta, clip):
+    """NVlabs/DiffusionNFT train_nft_sd3.py's policy loss, written out sample by sample in float64."""
+    total = 0.0
+    for i in range(len(v)):
+        r = min(max(advantages[i], -clip), clip) / clip / 2.0 + 0.5
+        branch = []
+        for velocity in (beta * v[i] + (1 - beta) * v_old[i], (1 + beta) * v_old[i] - beta * v[i]):
+            error = (x_t[i] - t[i] * velocity) - x0[i]
+            weight = max(np.abs(error).mean(), 1e-5)
+            branch.append((error**2).mean() / weight)
+        total += r * branch[0] / beta + (1 - r) * branch[1] / beta
+    return clip * total / len(v)
+
+
+@pytest.mark.parametrize("beta", [1.0, 0.1])
+def test_nft_loss_equals_the_reference_formulas_in_float64(beta):
+    rng = np.random.default_rng(0)
+    shape = (5, 4, 3, 3)
+    v, v_old, x0, noise = (rng.standard_normal(shape) for _ in range(4))
+    t = rng.uniform(0.01, 1.0, size=5)
+    x_t = (1 - t[:, None, None, None]) * x0 + t[:, None, None, None] * noise
+    adv = np.array([-7.0, -1.5, 0.0, 2.0, 9.0])  # two beyond the clip of 5
+    expected = reference_nft_loss(v, v_old, x_t, x0, t, adv, beta, 5.0)
+    as_torch = [torch.tensor(a, dtype=torch.float64) for a in (v, v_old, x_t, x0, t, adv)]
+    r = optimality(as_torch[5], 5.0)
+    got = nft_policy_loss(*as_torch[:5], r, beta, 5.0)
+    assert got.item() == pytest.approx(expected, abs=1e-6, rel=1e-9)
+
+
+def test_nft_gradient_pulls_good_samples_towards_their_x0_and_pushes_bad_ones_away():
+    """One sample, v_old = v at the start: the gradient on v points along the x0 error for r = 1
+    (descending moves x0_hat towards x0) and against it for r = 0."""
+    x0, noise = torch.zeros(1, 1, 2, 2, dtype=torch.float64), torch.ones(1, 1, 2, 2, dtype=torch.float64)
+    t = torch.tensor([0.5], dtype=torch.float64)
+    x_t = (1 - t) * x0 + t * noise
+    grads = []
+    for r in (1.0, 0.0):
+        v = torch.full((1, 1, 2, 2), 0.5, dtype=torch.float64, requires_grad=True)
+        nft_policy_loss(v, v.detach().clone(), x_t, x0, t, torch.tensor([r], dtype=torch.float64), 1.0, 5.0).backward()
+        grads.append(v.grad.sum().item())
+    # x0_hat = x_t - t v = 0.25 > x0 = 0: the good sample's loss falls by raising v, the bad one's by lowering it.
+    assert grads[0] < 0 < grads[1]
+
+
+def test_optimality_and_the_old_policy_schedule():
     assert optimality(torch.tensor([-5.0, 0.0, 2.5, 9.0]), 5.0).tolist() == pytest.approx([0.0, 0.5, 0.75, 1.0])
+    # decay_type 1 (the SD3.5-M recipes): min(0.001 * step, 0.5); type 2 (OCR): 0 for 75 steps, then 0.0075/step.
+    assert [old_policy_decay(s, 0.001, 0.5, 0) for s in (1, 100, 499, 10_000)] == pytest.approx([0.001, 0.1, 0.499, 0.5])
+    assert [old_policy_decay(s, 0.0075, 0.999, 75) for s in (10, 75, 175, 10_000)] == pytest.approx([0.0, 0.0, 0.75, 0.999])
 
 
-def test_nft_iteration_trains_the_lora(tiny_sd3_model, tmp_path):
-    cfg = _cfg(tiny_sd3_model, loss="nft")
-    folder = tmp_path / "iter_000"
-    generate.run(cfg, 0, None, folder / "samples.parquet", folder / "latents.safetensors", folder / "g.json",
+def _nft_iteration(cfg, work, it, lora_dir=None):
+    folder = work / f"iter_{it:03d}"
+    rollout_dir = f"{lora_dir}/old" if lora_dir else None  # NFT samples its old policy
+    generate.run(cfg, it, rollout_dir, folder / "samples.parquet", folder / "latents.safetensors", folder / "g.json",
                  progress=False, record_sde=False)
-    assert not any(k.startswith("trajectory/") for k in read_tensors(folder / "latents.safetensors"))
     score.run(cfg, folder / "samples.parquet", folder / "scores.parquet", folder / "s.json", progress=False)
-    advantages.run(cfg, folder / "scores.parquet", folder / "advantages.parquet", folder / "a.json")
-    train.run(cfg, 0, folder / "advantages.parquet", folder / "latents.safetensors", None, folder / "train",
+    advantages.run(cfg, folder / "scores.parquet", folder / "advantages.parquet", folder / "a.json",
+                   keep_tied_groups=True)
+    train.run(cfg, it, folder / "advantages.parquet", folder / "latents.safetensors", lora_dir, folder / "train",
               folder / "state", folder / "t.json", progress=False)
-    metrics = json.loads((folder / "t.json").read_text())
-    assert metrics["steps"] >= 1 and all(torch.isfinite(torch.tensor(h["train/loss"])) for h in metrics["history"])
-    lora = read_tensors(folder / "train/pytorch_lora_weights.safetensors")
-    assert any(v.abs().sum() > 0 for k, v in lora.items() if "lora_B" in k)
+    return folder, json.loads((folder / "t.json").read_text())
+
+
+def test_nft_iterations_train_the_lora_and_carry_the_old_policy(tiny_sd3_model, tmp_path):
+    cfg = _cfg(tiny_sd3_model, loss="nft", nft={"timestep_fraction": 0.5})
+    folder, metrics = _nft_iteration(cfg, tmp_path, 0)
+    tensors = read_tensors(folder / "latents.safetensors")
+    assert not any(k.startswith("trajectory/") for k in tensors)
+    grid = tensors["rollout/sigmas"]
+    assert len(grid) == cfg["generate"]["steps"] + 1 and grid[0] == 1.0 and grid[-1] == 0.0
+    # Every sample is kept (groups of equal rewards at A = 0); an update = batches x int(4 * 0.5) timesteps.
+    samples = len(read_table(folder / "samples.parquet"))
+    assert metrics["samples"] == samples
+    assert metrics["steps"] == -(-samples // cfg["train"]["batch_size"])
+    assert all(np.isfinite(h["train/loss"]) for h in metrics["history"])
+    assert metrics["history"][0]["train/old_deviate"] == 0  # v_theta = v_old before the first update
+    trained = read_tensors(folder / "train/pytorch_lora_weights.safetensors")
+    old = read_tensors(folder / "train/old/pytorch_lora_weights.safetensors")
+    assert any(v.abs().sum() > 0 for k, v in trained.items() if "lora_B" in k)
+    # The old policy moved by 1 - d towards the trained LoRA: d = min(0.001 * steps, 0.5) from equal starts.
+    d = old_policy_decay(metrics["steps"], 0.001, 0.5, 0)
+    key = next(k for k in trained if "lora_B" in k)
+    assert torch.allclose(old[key], (1 - d) * trained[key], atol=1e-6)
+    # Iteration 1 starts from both: its first update sees v_old != v_theta.
+    _, metrics1 = _nft_iteration(cfg, tmp_path, 1, lora_dir=str(folder / "train"))
+    assert metrics1["history"][0]["train/old_deviate"] > 0

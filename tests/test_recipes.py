@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rewardloop.signal.advantages import GROUP_LOSSES
+from rewardloop.objectives import get_objective
 from rewardloop.config import deep_merge
 from rewardloop.rewards.base import path_options
 
@@ -58,7 +58,7 @@ def test_recipe_dry_run_on_a_tiny_model(recipe, request, tmp_path):
     result = snakemake(tmp_path, "-n")
     planned = re.findall(r"^(?:local)?rule (\w+):", result.stdout + result.stderr, flags=re.M)
     iterations = config["iterations"]
-    signal = "advantages" if config["train"]["loss"] in GROUP_LOSSES else "pairs"
+    signal = get_objective(config["train"]["loss"]).signal
     for stage in ("generate", "score", signal, "train", "export", "eval"):
         assert planned.count(stage) == iterations, (stage, planned)
 

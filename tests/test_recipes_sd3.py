@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from rewardloop.config import _drop_null_rewards, _Validator, check_loss_family, load_schema
+from rewardloop.config import _drop_null_rewards, _Validator, check_objective, load_schema, refuse_moved_keys
 
 from workflow_helpers import ROOT
 
@@ -15,10 +15,11 @@ from workflow_helpers import ROOT
 def test_recipe_matches_the_schema(name, loss):
     config = yaml.safe_load((ROOT / "configs" / f"{name}.yaml").read_text())
     _drop_null_rewards(config)  # as config.validate does (the recipe drops config.yaml's color_match)
-    errors = [f"{list(e.path)}: {e.message}" for e in _Validator(load_schema()).iter_errors(config)]
+    refuse_moved_keys(config)
+    errors = [f"{list(e.path)}: {e.message}" for e in _Validator(load_schema()).iter_errors(config)]  # fills defaults
     assert errors == []
     assert config["model"]["family"] == "sd3" and config["train"]["loss"] == loss
-    check_loss_family(config)  # loss fits the family; the step strategy fits the steps
+    check_objective(config)  # the objective fits the family; GRPO's step strategy fits the steps
 
 
 def test_ocr_recipe_keeps_the_miles_values():
@@ -27,7 +28,7 @@ def test_ocr_recipe_keeps_the_miles_values():
     assert (gen["steps"], config["eval"]["steps"], gen["guidance_scale"], gen["resolution"]) == (10, 40, 4.5, 512)
     assert (gen["images_per_prompt"], gen["prompts_per_iteration"]) == (16, 8)
     assert gen["sde"] == {"noise_level": 0.7, "strategy": "sde_window", "num_sde_steps": 10, "window_range": [0, 10]}
-    assert (train["kl_beta"], train["clip_range"], train["learning_rate"]) == (0.04, 1e-4, 3e-4)
+    assert (train["grpo"]["kl_beta"], train["grpo"]["clip_range"], train["learning_rate"]) == (0.04, 1e-4, 3e-4)
     assert (train["lora"]["rank"], train["lora"]["alpha"]) == (32, 64)
     assert config["advantages"]["globalize_reward_std"] is True and "ocr" in config["rewards"]
 

@@ -49,19 +49,21 @@ def test_our_sdxl_sampler_matches_the_diffusers_pipeline(tiny_sdxl_model):
 
 
 def _sdxl_trainer(tiny_sdxl_model, **train):
-    from diffusers import DDPMScheduler
-
-    from rewardloop.training.trainer import PreferenceTrainer
-    from test_training_options import train_cfg
+    from rewardloop.models.families import get_family
+    from rewardloop.objectives import get_objective
+    from rewardloop.objectives.registry import ModelInfo
+    from rewardloop.training.trainer import Trainer
+    from test_training_options import full_cfg
 
     pipe = models.load_pipeline({"family": "sdxl", "path": str(tiny_sdxl_model)})
-    trainer = PreferenceTrainer(train_cfg(**train), pipe.unet, None, DDPMScheduler.from_config(pipe.scheduler.config),
-                                seed=0, iteration=0, family="sdxl", vae_scale_factor=pipe.vae_scale_factor)
-    return pipe, trainer
+    cfg = full_cfg(**train)
+    objective = get_objective(cfg["train"]["loss"]).from_config(cfg, 0)
+    objective.use_model(ModelInfo(get_family("sdxl"), pipe.scheduler.config, pipe.vae_scale_factor))
+    return pipe, Trainer(objective.train, pipe.unet, seed=0, iteration=0), objective
 
 
 def _sdxl_pairs(pipe):
-    from rewardloop.training.trainer import PairData
+    from rewardloop.objectives.preference import PairData
 
     cond = encode_conditioning(pipe, ["a red circle on a blue background", "a blue square on a red background"])
     empty = {k: v[0] for k, v in encode_conditioning(pipe, [""]).items()}
@@ -73,19 +75,19 @@ def _sdxl_pairs(pipe):
 def test_sdxl_dpo_and_sft_steps_and_lora_round_trip(tiny_sdxl_model, tmp_path):
     from rewardloop.models.lora import load_lora_into, save_lora
 
-    pipe, trainer = _sdxl_trainer(tiny_sdxl_model, batch_size=2, steps=2, learning_rate=1e-2, beta=2000,
-                                  proportion_empty_prompts=1.0, checkpointing_steps=100)
+    pipe, trainer, dpo = _sdxl_trainer(tiny_sdxl_model, batch_size=2, steps=2, learning_rate=1e-2, dpo={"beta": 2000},
+                                       proportion_empty_prompts=1.0, checkpointing_steps=100)
     data = _sdxl_pairs(pipe)
-    index, _, _, empty_mask, _ = trainer.micro_batch(data, 0, 0)
-    assert empty_mask.all()
-    cond = data.conditioning(index, empty_mask)
+    batch = dpo.micro_batch(data, 0, 0)
+    assert batch.empty_mask.all()
+    cond = data.conditioning(batch.index, batch.empty_mask)
     assert torch.equal(cond["pooled_embeds"], data.empty["pooled_embeds"].expand(2, -1))  # pooled swapped too
-    history, _ = trainer.run(data, tmp_path / "state", "fp", progress=False)
+    history, _ = trainer.run(dpo, data, tmp_path / "state", "fp", progress=False)
     assert len(history) == 2 and "train/implicit_acc" in history[0]
-    save_lora(trainer.unet, "sdxl", trainer.cfg["lora"], tmp_path / "lora")
-    _, again = _sdxl_trainer(tiny_sdxl_model, loss="sft", batch_size=2)
-    load_lora_into(again.unet, "sdxl", str(tmp_path / "lora"))
-    for (name, a), (_, b) in zip(trainer.named_trainable(), again.named_trainable()):
-        torch.testing.assert_close(a, b, msg=name)
-    loss, logs = again.loss(data, 0, 0)  # SFT on SDXL
+    save_lora(trainer.model, "sdxl", trainer.cfg.lora, tmp_path / "lora")
+    _, again, sft = _sdxl_trainer(tiny_sdxl_model, loss="sft", batch_size=2)
+    load_lora_into(again.model, "sdxl", str(tmp_path / "lora"))
+    for a, b in zip(trainer.params, again.params):
+        torch.testing.assert_close(a, b)
+    loss, logs = sft.loss(again.policy, data, (0, 0))  # SFT on SDXL
     assert torch.isfinite(loss) and set(logs) == {"train/loss"}

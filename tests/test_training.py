@@ -11,8 +11,7 @@ from safetensors.torch import load_file
 
 from rewardloop import config as cfgmod
 from rewardloop.models import loading as models
-from rewardloop.stages import generate, pairs, score
-from rewardloop.training.trainer import PreferenceTrainer, load_pair_data
+from rewardloop.stages import generate, pairs, score, train
 
 from model_helpers import probe
 
@@ -28,7 +27,7 @@ def run_cfg(tiny_model, repo_root):
             },
             "generate": {"prompts_per_iteration": 8, "images_per_prompt": 4, "steps": 5, "resolution": 32,
                          "batch_size": 32},
-            "train": {"beta": 2000, "learning_rate": 1e-3, "steps": 24, "batch_size": 8, "lr_scheduler": "constant",
+            "train": {"dpo": {"beta": 2000}, "learning_rate": 1e-3, "steps": 24, "batch_size": 8, "lr_scheduler": "constant",
                       "checkpointing_steps": 5, "weight_decay": 0.0},
             "device": "cpu",
         }
@@ -48,34 +47,32 @@ def pair_files(run_cfg, tmp_path_factory):
     return out
 
 
-def make_trainer(run_cfg, train_overrides=None):
-    from diffusers import DDPMScheduler
-
-    pipe = models.load_pipeline(run_cfg["model"])
-    train_cfg = copy.deepcopy(run_cfg["train"])
-    train_cfg.update(train_overrides or {})
-    scheduler = DDPMScheduler.from_config(pipe.scheduler.config)
-    return PreferenceTrainer(train_cfg, pipe.unet, None, scheduler, seed=0, iteration=0)
+def make_run(run_cfg, pair_files, train_overrides=None, seed=0) -> train.TrainingRun:
+    """The train stage's own preparation: models, the DPO objective, the pairs, a fresh LoRA."""
+    cfg = copy.deepcopy(run_cfg)
+    cfg["train"].update(train_overrides or {})
+    cfg["seed"] = seed
+    return train.prepare(cfg, 0, pair_files / "pairs.parquet", pair_files / "latents.safetensors", None)
 
 
 def test_dpo_loss_falls_accuracy_rises_reference_unchanged(run_cfg, pair_files, tmp_path):
-    trainer = make_trainer(run_cfg)
-    trainer.unet.disable_adapters()
-    reference_before = probe(trainer.unet)
-    trainer.unet.enable_adapters()
-    data = load_pair_data(pair_files / "pairs.parquet", pair_files / "latents.safetensors")
-    before = trainer.evaluate(data)
-    history, resumed = trainer.run(data, tmp_path / "state", "fp", progress=False)
-    after = trainer.evaluate(data)
+    job = make_run(run_cfg, pair_files)
+    unet = job.trainer.model
+    unet.disable_adapters()
+    reference_before = probe(unet)
+    unet.enable_adapters()
+    before = job.objective.evaluate(job.trainer.policy, job.data)
+    history, resumed = job.run(tmp_path / "state", progress=False)
+    after = job.objective.evaluate(job.trainer.policy, job.data)
     assert len(history) == 24 and resumed == 0
     # On fixed held batches: policy == reference at the start, so the loss is log 2 and no pair is won.
     assert before["train/loss"] == pytest.approx(math.log(2), abs=1e-6) and before["train/implicit_acc"] == 0
     assert after["train/loss"] < before["train/loss"] - 0.05
     assert after["train/implicit_acc"] > 0.5
-    trainer.unet.disable_adapters()
-    reference_after = probe(trainer.unet)
-    trainer.unet.enable_adapters()
-    policy = probe(trainer.unet)
+    unet.disable_adapters()
+    reference_after = probe(unet)
+    unet.enable_adapters()
+    policy = probe(unet)
     assert torch.equal(reference_before, reference_after)
     assert (policy - reference_after).abs().max() > 1e-4
 
@@ -83,15 +80,14 @@ def test_dpo_loss_falls_accuracy_rises_reference_unchanged(run_cfg, pair_files, 
 def test_resume_from_in_stage_state_reproduces_uninterrupted_run(run_cfg, pair_files, tmp_path):
     from rewardloop.models.lora import save_lora
 
-    data = load_pair_data(pair_files / "pairs.parquet", pair_files / "latents.safetensors")
     short = {"steps": 8, "checkpointing_steps": 3}
-    first = make_trainer(run_cfg, short)
-    history, _ = first.run(data, tmp_path / "state", "fp", progress=False)
-    save_lora(first.unet, "sd15", first.cfg["lora"], tmp_path / "a")
+    first = make_run(run_cfg, pair_files, short)
+    history, _ = first.run(tmp_path / "state", progress=False)
+    save_lora(first.trainer.model, "sd15", first.trainer.cfg.lora, tmp_path / "a")
     # The state on disk is step 6's (saved at 3, then 6); a new job resumes there and finishes.
-    second = make_trainer(run_cfg, short)
-    resumed_history, resumed_from = second.run(data, tmp_path / "state", "fp", progress=False)
-    save_lora(second.unet, "sd15", second.cfg["lora"], tmp_path / "b")
+    second = make_run(run_cfg, pair_files, short)
+    resumed_history, resumed_from = second.run(tmp_path / "state", progress=False)
+    save_lora(second.trainer.model, "sd15", second.trainer.cfg.lora, tmp_path / "b")
     assert resumed_from == 6 and len(resumed_history) == 8
     a = load_file(tmp_path / "a" / models.LORA_WEIGHTS)
     b = load_file(tmp_path / "b" / models.LORA_WEIGHTS)
@@ -99,8 +95,8 @@ def test_resume_from_in_stage_state_reproduces_uninterrupted_run(run_cfg, pair_f
     for key in a:
         torch.testing.assert_close(a[key], b[key], rtol=1e-5, atol=1e-6)
     # A state from another config/input fingerprint is ignored, not resumed.
-    third = make_trainer(run_cfg, short)
-    _, resumed_other = third.run(data, tmp_path / "state", "other-fp", progress=False)
+    third = make_run(run_cfg, pair_files, short)
+    _, resumed_other = third.trainer.run(third.objective, third.data, tmp_path / "state", "other-fp", progress=False)
     assert resumed_other == 0
 
 
@@ -110,10 +106,9 @@ def test_export_publishes_lora_and_merged_pipeline(run_cfg, pair_files, tmp_path
     from rewardloop.models.lora import save_lora
     from rewardloop.stages import export
 
-    trainer = make_trainer(run_cfg, {"steps": 3, "learning_rate": 1e-2})
-    data = load_pair_data(pair_files / "pairs.parquet", pair_files / "latents.safetensors")
-    trainer.run(data, tmp_path / "state", "fp", progress=False)
-    save_lora(trainer.unet, "sd15", trainer.cfg["lora"], tmp_path / "train")
+    job = make_run(run_cfg, pair_files, {"steps": 3, "learning_rate": 1e-2})
+    job.run(tmp_path / "state", progress=False)
+    save_lora(job.trainer.model, "sd15", job.trainer.cfg.lora, tmp_path / "train")
     cfg = {"model": run_cfg["model"], "export": {"merged": True}}
     export.run(cfg, 0, tmp_path / "train", tmp_path / "checkpoint", tmp_path / "export.json")
     assert (tmp_path / "checkpoint" / models.LORA_WEIGHTS).read_bytes() == (
@@ -139,13 +134,12 @@ def test_export_refuses_non_finite_lora(run_cfg, tmp_path):
     assert not (tmp_path / "ck" / models.LORA_WEIGHTS).exists()
 
 
-def test_same_seed_gives_the_same_initial_adapter(run_cfg):
-    first, second = make_trainer(run_cfg), make_trainer(run_cfg)
-    for (name, a), (_, b) in zip(first.named_trainable(), second.named_trainable()):
-        assert torch.equal(a, b), name
-    other = PreferenceTrainer(first.cfg, models.load_pipeline(run_cfg["model"]).unet, None,
-                              first.noise_scheduler, seed=1, iteration=0)
-    assert any(not torch.equal(a, b) for (_, a), (_, b) in zip(first.named_trainable(), other.named_trainable()))
+def test_same_seed_gives_the_same_initial_adapter(run_cfg, pair_files):
+    first, second = make_run(run_cfg, pair_files).trainer, make_run(run_cfg, pair_files).trainer
+    for a, b in zip(first.params, second.params):
+        assert torch.equal(a, b)
+    other = make_run(run_cfg, pair_files, seed=1).trainer
+    assert any(not torch.equal(a, b) for a, b in zip(first.params, other.params))
 
 
 def test_a_diverging_run_stops_naming_iteration_and_step_and_keeps_the_last_good_state(run_cfg, pair_files, tmp_path):
@@ -154,12 +148,11 @@ def test_a_diverging_run_stops_naming_iteration_and_step_and_keeps_the_last_good
     from rewardloop.training.state import STATE_FILE
     from rewardloop.training.trainer import TrainingError
 
-    data = load_pair_data(pair_files / "pairs.parquet", pair_files / "latents.safetensors")
-    trainer = make_trainer(run_cfg, {"steps": 6, "checkpointing_steps": 1, "learning_rate": 1e30,
-                                     "max_grad_norm": 1e38})
+    job = make_run(run_cfg, pair_files, {"steps": 6, "checkpointing_steps": 1, "learning_rate": 1e30,
+                                         "max_grad_norm": 1e38})
     state = tmp_path / "state" / STATE_FILE
     with pytest.raises(TrainingError, match=r"iteration 0, step [1-5]: .*(loss is (nan|inf)|NaN or inf)") as error:
-        trainer.run(data, tmp_path / "state", "fp", progress=False)
+        job.run(tmp_path / "state", progress=False)
     assert "last good state" in str(error.value)
     saved = load_file(state)
     assert all(torch.isfinite(t).all() for t in saved.values())  # the state on disk is never a broken one

@@ -9,17 +9,27 @@ import torch
 
 from rewardloop import config as cfgmod
 from rewardloop.models import loading as models
-from rewardloop.training.optimizers import OptimizerError, build_optimizer, effective_learning_rate
-from rewardloop.training.trainer import PairData, PreferenceTrainer, flip_latents
+from rewardloop.models.families import get_family
+from rewardloop.objectives import get_objective
+from rewardloop.objectives.preference import PairData, flip_latents
+from rewardloop.objectives.registry import ModelInfo
+from rewardloop.training.config import TrainConfig
+from rewardloop.training.optimizers import (OptimizerError, build_lr_scheduler, build_optimizer,
+                                            effective_learning_rate)
+from rewardloop.training.trainer import Trainer
 
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def train_cfg(**overrides) -> dict:
-    """The validated ``train`` section (schema defaults filled) with ``overrides``."""
+def full_cfg(**train_overrides) -> dict:
+    """A validated config (schema defaults filled) with ``train_overrides``."""
     prompts = {k: str(ROOT / f"resources/prompts/{k}.txt") for k in ("train", "eval")}
-    return cfgmod.validate({"train": overrides, "prompts": prompts})["train"]
+    return cfgmod.validate({"train": train_overrides, "prompts": prompts})
+
+
+def train_cfg(**overrides) -> TrainConfig:
+    return TrainConfig.from_section(full_cfg(**overrides)["train"])
 
 
 def synthetic_pairs(n=6, seed=0, dim=64) -> PairData:
@@ -32,29 +42,30 @@ def synthetic_pairs(n=6, seed=0, dim=64) -> PairData:
     )
 
 
-def make_trainer(tiny_model, **overrides):
-    from diffusers import DDPMScheduler
-
+def make_trainer(tiny_model, **overrides) -> tuple[Trainer, object]:
+    """(Trainer of a fresh LoRA on the tiny UNet, the DPO objective bound to the model)."""
     pipe = models.load_pipeline({"family": "sd15", "path": str(tiny_model)})
-    scheduler = DDPMScheduler.from_config(pipe.scheduler.config)
-    return PreferenceTrainer(train_cfg(**overrides), pipe.unet, None, scheduler, seed=0, iteration=0)
+    objective = get_objective("dpo").from_config(full_cfg(**overrides), 0)
+    objective.use_model(ModelInfo(get_family("sd15"), pipe.scheduler.config, pipe.vae_scale_factor))
+    return Trainer(objective.train, pipe.unet, seed=0, iteration=0), objective
 
 
 def test_scale_lr_multiplies_by_accumulation_batch_and_processes():
     cfg = train_cfg(learning_rate=1e-8, gradient_accumulation_steps=128, batch_size=2, scale_lr=True)
     assert effective_learning_rate(cfg, num_processes=8) == pytest.approx(1e-8 * 128 * 2 * 8)
-    assert effective_learning_rate({**cfg, "scale_lr": False}, num_processes=8) == 1e-8
+    assert effective_learning_rate(cfg.replace(scale_lr=False), num_processes=8) == 1e-8
 
 
 def test_trainer_uses_the_scaled_lr_and_the_configured_schedule(tiny_model):
-    trainer = make_trainer(tiny_model, learning_rate=1e-4, batch_size=2, gradient_accumulation_steps=3,
-                           scale_lr=True, lr_scheduler="constant_with_warmup", lr_warmup_steps=4, steps=8)
+    trainer, _ = make_trainer(tiny_model, learning_rate=1e-4, batch_size=2, gradient_accumulation_steps=3,
+                              scale_lr=True, lr_scheduler="constant_with_warmup", lr_warmup_steps=4, steps=8)
+    schedule = build_lr_scheduler(trainer.optimizer, trainer.cfg, 8)
     assert trainer.optimizer.param_groups[0]["initial_lr"] == pytest.approx(6e-4)
     lrs = []
     for _ in range(5):
-        lrs.append(trainer.lr_scheduler.get_last_lr()[0])
+        lrs.append(schedule.get_last_lr()[0])
         trainer.optimizer.step()
-        trainer.lr_scheduler.step()
+        schedule.step()
     assert lrs == pytest.approx([0, 1.5e-4, 3e-4, 4.5e-4, 6e-4])
 
 
@@ -64,11 +75,11 @@ def test_optimizer_selection(tiny_model):
     assert type(adamw) is torch.optim.AdamW and adamw.defaults["weight_decay"] == 1e-2
     from transformers.optimization import Adafactor
 
-    trainer = make_trainer(tiny_model, optimizer="adafactor", steps=2, batch_size=2, learning_rate=1e-3,
-                           checkpointing_steps=100)
+    trainer, objective = make_trainer(tiny_model, optimizer="adafactor", steps=2, batch_size=2, learning_rate=1e-3,
+                                      checkpointing_steps=100)
     assert isinstance(trainer.optimizer, Adafactor)
     before = [p.detach().clone() for p in trainer.params]
-    loss, _ = trainer.loss(synthetic_pairs(), step=0, micro=0)
+    loss, _ = objective.loss(trainer.policy, synthetic_pairs(), (0, 0))
     loss.backward()
     trainer.optimizer.step()
     assert any(not torch.equal(a, b) for a, b in zip(before, trainer.params))
@@ -90,28 +101,29 @@ def test_unknown_optimizer_is_a_config_error():
 
 
 def test_proportion_empty_prompts_seeded_and_of_the_right_share(tiny_model):
-    trainer = make_trainer(tiny_model, proportion_empty_prompts=0.2, batch_size=50)
+    _, objective = make_trainer(tiny_model, proportion_empty_prompts=0.2, batch_size=50)
     data = synthetic_pairs()
-    masks = torch.stack([trainer.micro_batch(data, step, 0)[3] for step in range(40)])
+    masks = torch.stack([objective.micro_batch(data, step, 0).empty_mask for step in range(40)])
     assert masks.float().mean().item() == pytest.approx(0.2, abs=0.03)
-    again = torch.stack([trainer.micro_batch(data, step, 0)[3] for step in range(40)])
+    again = torch.stack([objective.micro_batch(data, step, 0).empty_mask for step in range(40)])
     assert torch.equal(masks, again)  # a pure function of (seed, iteration, step)
-    index, _, _, empty_mask, _ = trainer.micro_batch(data, 0, 0)
+    batch = objective.micro_batch(data, 0, 0)
+    index, empty_mask = batch.index, batch.empty_mask
     cond = data.conditioning(index, empty_mask)["prompt_embeds"]
     assert torch.equal(cond[empty_mask], data.empty["prompt_embeds"].expand(int(empty_mask.sum()), -1, -1))
     assert torch.equal(cond[~empty_mask], data.embeds[index][~empty_mask])
-    off = make_trainer(tiny_model, batch_size=50)
-    assert not off.micro_batch(data, 0, 0)[3].any()
+    _, off = make_trainer(tiny_model, batch_size=50)
+    assert not off.micro_batch(data, 0, 0).empty_mask.any()
     # Noise and timesteps do not depend on the option.
-    assert torch.equal(off.micro_batch(data, 3, 0)[1], trainer.micro_batch(data, 3, 0)[1])
+    assert torch.equal(off.micro_batch(data, 3, 0).noise, objective.micro_batch(data, 3, 0).noise)
 
 
 def test_hflip_flips_chosen_and_rejected_together(tiny_model):
     data = synthetic_pairs()
-    trainer = make_trainer(tiny_model, hflip=True, batch_size=64)
-    flips = trainer.micro_batch(data, 0, 0)[4]
+    _, objective = make_trainer(tiny_model, hflip=True, batch_size=64)
+    flips = objective.micro_batch(data, 0, 0).flip_mask
     assert 0.3 < flips.float().mean().item() < 0.7
-    assert not make_trainer(tiny_model, batch_size=64).micro_batch(data, 0, 0)[4].any()
+    assert not make_trainer(tiny_model, batch_size=64)[1].micro_batch(data, 0, 0).flip_mask.any()
     latents = torch.arange(2 * 1 * 2 * 3, dtype=torch.float32).view(2, 1, 2, 3)
     flipped = flip_latents(latents, torch.tensor([True, False]))
     assert torch.equal(flipped[0, 0, 0], torch.tensor([2.0, 1.0, 0.0])) and torch.equal(flipped[1], latents[1])
@@ -119,12 +131,12 @@ def test_hflip_flips_chosen_and_rejected_together(tiny_model):
 
 def test_gradient_checkpointing_trains_the_same_step(tiny_model):
     data = synthetic_pairs()
-    plain = make_trainer(tiny_model, batch_size=2)
-    checkpointed = make_trainer(tiny_model, batch_size=2, gradient_checkpointing=True)
-    assert checkpointed.unet.is_gradient_checkpointing and not plain.unet.is_gradient_checkpointing
-    checkpointed.unet.train(), plain.unet.train()
+    plain, objective = make_trainer(tiny_model, batch_size=2)
+    checkpointed, _ = make_trainer(tiny_model, batch_size=2, gradient_checkpointing=True)
+    assert checkpointed.model.is_gradient_checkpointing and not plain.model.is_gradient_checkpointing
+    checkpointed.model.train(), plain.model.train()
     for trainer in (plain, checkpointed):
-        loss, _ = trainer.loss(data, step=0, micro=0)
+        loss, _ = objective.loss(trainer.policy, data, (0, 0))
         loss.backward()
     for a, b in zip(plain.params, checkpointed.params):
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-6)
@@ -142,15 +154,16 @@ def fresh_accelerator_state():
 
 def test_bf16_mixed_precision_step_on_the_cpu(tiny_model, fresh_accelerator_state):
     """accelerate's bf16 autocast (the GPU recipes use fp16/bf16; the CPU supports bf16 autocast)."""
-    trainer = make_trainer(tiny_model, mixed_precision="bf16", batch_size=2)
+    trainer, objective = make_trainer(tiny_model, mixed_precision="bf16", batch_size=2)
     assert trainer.accelerator.mixed_precision == "bf16"
     data = synthetic_pairs()
-    index, noise, timesteps, _, _ = trainer.micro_batch(data, 0, 0)
-    cond = data.conditioning(index)
+    batch = objective.micro_batch(data, 0, 0)
+    cond = data.conditioning(batch.index)
     with trainer.accelerator.autocast():
-        prediction = trainer.unet(data.chosen[index], timesteps, encoder_hidden_states=cond["prompt_embeds"]).sample
+        prediction = trainer.model(data.chosen[batch.index], batch.timesteps,
+                                   encoder_hidden_states=cond["prompt_embeds"]).sample
     assert prediction.dtype == torch.bfloat16  # the UNet really ran under bf16 autocast
-    loss, logs = trainer.loss(data, step=0, micro=0)
+    loss, logs = objective.loss(trainer.policy, data, (0, 0))
     assert torch.isfinite(loss) and loss.dtype == torch.float32  # the loss itself is computed in fp32
     loss.backward()
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in trainer.params)
@@ -166,8 +179,10 @@ def test_adafactor_state_resumes(tiny_model, tmp_path):
     """The in-stage state round-trips Adafactor's (non-Adam) optimizer state."""
     data = synthetic_pairs()
     options = dict(optimizer="adafactor", steps=3, batch_size=2, checkpointing_steps=2, learning_rate=1e-3)
-    make_trainer(tiny_model, **options).run(data, tmp_path / "state", "fp", progress=False)
-    history, resumed_from = make_trainer(tiny_model, **options).run(data, tmp_path / "state", "fp", progress=False)
+    trainer, objective = make_trainer(tiny_model, **options)
+    trainer.run(objective, data, tmp_path / "state", "fp", progress=False)
+    trainer, objective = make_trainer(tiny_model, **options)
+    history, resumed_from = trainer.run(objective, data, tmp_path / "state", "fp", progress=False)
     assert resumed_from == 2 and len(history) == 3
 
 

@@ -17,7 +17,7 @@ copy of the LoRA weights, kept across iterations (``checkpoint/old/``), soft-upd
 iteration after training: old <- d old + (1 - d) current, d = min(rate * (global_step - flat), max)
 (0 before ``flat`` steps), global_step = optimizer steps so far.
 
-Departures from the reference code, all stated in the README: rollouts use the Euler ODE (the
+Departures from the reference code, all stated in docs/flow-rl.md: rollouts use the Euler ODE (the
 reference uses a 2nd-order DPM solver; the algorithm is solver-agnostic); the reference's separate
 EMA of the LoRA used only for its evaluations and checkpoints (``train.ema``, shared with its GRPO
 script) is not kept; the rollouts' float timesteps are fed to the transformer as they are in training.

@@ -149,12 +149,16 @@ class PairObjective(Objective):
     offline_pairs = True
 
     def load(self, inputs: TrainingInputs, model) -> PairData:
+        self.use_model(model)
+        return load_pairs(inputs)
+
+    def use_model(self, model) -> None:
+        """The family's UNet inputs, the VAE's factor and the DDPM noise schedule of the checkpoint."""
         from diffusers import DDPMScheduler
 
         self.family: Family = model.family
         self.vae_scale_factor = model.vae_scale_factor
         self.noise_scheduler = DDPMScheduler.from_config(model.scheduler_config)
-        return load_pairs(inputs)
 
     def add_offline(self, data: PairData, offline: TrainingInputs, fraction: float) -> PairData:
         """``data.offline_pairs`` (encoded by rule encode_offline_pairs) after the online pairs."""

@@ -118,7 +118,7 @@ class Objective:
 
     # Hooks.
     def start(self, policy: Policy, data) -> None:
-        """Called once the policy holds model(it-1)'s weights, before the first update (also on resume)."""
+        """Called once the policy holds model(it-1)'s weights, before a resume restores in-stage ones."""
 
     def after_update(self, policy: Policy, step: int) -> None:
         """Called after each optimizer step."""

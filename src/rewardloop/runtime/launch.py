@@ -5,7 +5,7 @@ One process trains inside the calling process, as before. P > 1 processes are st
 reads its arguments from a JSON file: on GPUs one process per GPU with NCCL; on the CPU the same
 launcher gives gloo (the Accelerator is created with cpu=True there), which is what the tests use.
 FSDP is not offered: the in-stage checkpoint and the LoRA are written from rank 0's parameters,
-which FSDP would shard (see README, Running on SLURM).
+which FSDP would shard (see docs/running-on-slurm.md).
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ def run(cfg, iteration: int, trained_dir, checkpoint_dir, metrics_path=None, pre
         if cfg["export"]["merged"]:
             _export_merged(cfg["model"], trained_dir, checkpoint_dir / "merged")
         # Weight sets the objective keeps beside the LoRA (NFT's old policy) first: the LoRA marks model(it) done.
-        for name in cfg["train"].get("extra_adapters", []):
+        for name in cfg.get("train", {}).get("extra_adapters", []):
             extra = Path(trained_dir) / name / models.LORA_WEIGHTS
             _check_finite(extra, iteration)
             with atomic_path(checkpoint_dir / name / models.LORA_WEIGHTS) as tmp:

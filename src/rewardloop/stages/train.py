@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import copy
 import hashlib
+from dataclasses import dataclass
 from pathlib import Path
 
 from rewardloop.artifacts import config_hash, read_table, read_tensors
 from rewardloop.models import loading as models
 from rewardloop.models.families import get_family
 from rewardloop.models.lora import load_lora_into, save_lora
-from rewardloop.objectives import TrainingInputs, get_objective
+from rewardloop.objectives import Objective, TrainingInputs, get_objective
 from rewardloop.objectives.registry import ModelInfo
 from rewardloop.stages.common import timed, torch_setup, write_metrics
 from rewardloop.training.trainer import Trainer
@@ -60,9 +61,23 @@ def _inputs(signal_path, latents_path) -> TrainingInputs:
                           str(latents_path))
 
 
-def run(cfg, iteration: int, signal_path, latents_path, init_lora_dir, out_dir, state_dir, metrics_path,
-        threads=1, progress=True, offline_pairs_path=None, offline_latents_path=None):
-    """cfg: seed, model, train, data, device (and advantages for the group objectives). ``init_lora_dir``: model(it-1)'s folder or None (the base)."""
+@dataclass
+class TrainingRun:
+    """One iteration's training, ready to run: the Trainer, the objective, its data and the inputs' identity."""
+
+    trainer: Trainer
+    objective: Objective
+    data: object
+    fingerprint: str
+    metrics: dict
+
+    def run(self, state_dir, progress: bool = True) -> tuple[list[dict], int]:
+        return self.trainer.run(self.objective, self.data, state_dir, self.fingerprint, progress=progress)
+
+
+def prepare(cfg, iteration: int, signal_path, latents_path, init_lora_dir, threads=1,
+            offline_pairs_path=None, offline_latents_path=None) -> TrainingRun:
+    """Load the models, the objective's data and model(it-1)'s weights (see run)."""
     family = get_family(cfg["model"]["family"])
     objective = get_objective(cfg["train"]["loss"]).from_config(cfg, iteration)
     train = objective.train
@@ -71,26 +86,40 @@ def run(cfg, iteration: int, signal_path, latents_path, init_lora_dir, out_dir, 
     with timed(metrics, "perf/model_load_time"):
         pipe, reference = _load_models(cfg["model"], train.adapter, objective.reference(), init_lora_dir, device)
     trainer = Trainer(train, getattr(pipe, family.denoiser), cfg["seed"], iteration, reference)
-    extra_dirs = {name: Path(init_lora_dir) / name for name in objective.extra_adapters if init_lora_dir}
-    for name, folder in extra_dirs.items():
-        if (folder / models.LORA_WEIGHTS).is_file():
-            load_lora_into(trainer.model, family.name, folder)
+    extra_files = [Path(init_lora_dir) / name / models.LORA_WEIGHTS for name in objective.extra_adapters
+                   if init_lora_dir]
+    for name, weights in zip(objective.extra_adapters, extra_files):
+        if weights.is_file():  # else the objective starts it (NFT: a copy of the trained adapter)
+            load_lora_into(trainer.model, family.name, weights.parent)
             trainer.policy.extra[name] = [p.detach().clone() for p in trainer.params]
     if init_lora_dir and train.adapter == "lora":
         load_lora_into(trainer.model, family.name, init_lora_dir)
     data = objective.load(_inputs(signal_path, latents_path),
                           ModelInfo(family, pipe.scheduler.config, pipe.vae_scale_factor))
-    metrics[objective.signal if objective.signal == "pairs" else "samples"] = len(data)
+    metrics["pairs" if objective.signal == "pairs" else "samples"] = len(data)
     if offline_pairs_path:
         data = objective.add_offline(data, _inputs(offline_pairs_path, offline_latents_path),
                                      cfg["data"]["offline_fraction"])
         metrics["offline_pairs"] = data.offline
     fingerprint = "-".join([config_hash(cfg), str(iteration), file_digest(signal_path), file_digest(latents_path),
                             _model_digest(init_lora_dir), file_digest(offline_pairs_path),
-                            *[file_digest(folder / models.LORA_WEIGHTS) for folder in extra_dirs.values()
-                              if (folder / models.LORA_WEIGHTS).is_file()]])
+                            *[file_digest(f) for f in extra_files if f.is_file()]])
+    return TrainingRun(trainer, objective, data, fingerprint, metrics)
+
+
+def run(cfg, iteration: int, signal_path, latents_path, init_lora_dir, out_dir, state_dir, metrics_path,
+        threads=1, progress=True, offline_pairs_path=None, offline_latents_path=None):
+    """cfg: seed, model, train, data, device (and advantages for the group objectives).
+
+    ``init_lora_dir``: model(it-1)'s folder or None (the base). Writes the trained LoRA (or full
+    UNet) to ``out_dir``, the objective's extra weight sets to ``out_dir/<name>/``, and metrics.
+    """
+    job = prepare(cfg, iteration, signal_path, latents_path, init_lora_dir, threads, offline_pairs_path,
+                  offline_latents_path)
+    trainer, metrics = job.trainer, job.metrics
+    family, train = cfg["model"]["family"], job.objective.train
     with timed(metrics, "perf/train_time"):
-        history, resumed_from = trainer.run(objective, data, state_dir, fingerprint, progress=progress)
+        history, resumed_from = job.run(state_dir, progress=progress)
     if not trainer.accelerator.is_main_process:
         return  # every rank holds the same weights; rank 0 writes them
     if train.adapter == "none":
@@ -98,12 +127,12 @@ def run(cfg, iteration: int, signal_path, latents_path, init_lora_dir, out_dir, 
 
         save_unet(trainer.accelerator.unwrap_model(trainer.model), out_dir)
     else:
-        save_lora(trainer.model, family.name, train.lora, out_dir)
-    for name in objective.extra_adapters:
+        save_lora(trainer.model, family, train.lora, out_dir)
+    for name in job.objective.extra_adapters:
         with trainer.policy.swapped_in(name):
-            save_lora(trainer.model, family.name, train.lora, Path(out_dir) / name)
+            save_lora(trainer.model, family, train.lora, Path(out_dir) / name)
     metrics["train/learning_rate"] = trainer.learning_rate
-    metrics.update(objective.summarize(history, resumed_from))
+    metrics.update(job.objective.summarize(history, resumed_from))
     metrics.update({"history": history, "processes": trainer.accelerator.num_processes})
     write_metrics(metrics, metrics_path)
 

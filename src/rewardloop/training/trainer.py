@@ -88,8 +88,8 @@ class Trainer:
         module, optimizer, lr_scheduler = self.accelerator.prepare(self.policy.model, self.optimizer, lr_scheduler)
         self.policy.module = module
         named = self.policy.named_trainable()
+        objective.start(self.policy, data)  # before a resume restores mid-iteration weights
         start, history = load_state(state_dir, fingerprint, named, self.optimizer, lr_scheduler)
-        objective.start(self.policy, data)
         module.train()
         bar = tqdm(range(start, len(plan)), desc="train", unit="step", disable=not progress)
         for step in bar:
