@@ -3,7 +3,7 @@ import json
 import numpy as np
 import pytest
 
-from rewardloop.models import tiny_sd15
+from rewardloop.models import pretraining, tiny_sd15
 
 FAST = dict(vae_steps=2, unet_steps=2, batch_size=4, vae_batch_size=4, progress=False)
 
@@ -79,12 +79,12 @@ def test_pretraining_prompts_all_or_train_only():
     from rewardloop.models import synthetic
 
     train, held_out = synthetic.split_prompts(0)
-    everything = tiny_sd15.pretraining_prompts("all")
+    everything = pretraining.pretraining_prompts("all")
     assert sorted(everything) == sorted(train + held_out) and len(set(everything)) == 168
-    assert tiny_sd15.pretraining_prompts("train") == train
-    assert not set(tiny_sd15.pretraining_prompts("train")) & set(held_out)
+    assert pretraining.pretraining_prompts("train") == train
+    assert not set(pretraining.pretraining_prompts("train")) & set(held_out)
     with pytest.raises(ValueError, match="tiny.pretrain_on"):
-        tiny_sd15.pretraining_prompts("eval")
+        pretraining.pretraining_prompts("eval")
 
 
 def test_build_records_what_pretraining_saw(built):

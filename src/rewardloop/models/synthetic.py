@@ -35,7 +35,7 @@ COLORS: tuple[str, ...] = tuple(PALETTE)
 SHAPES: tuple[str, ...] = ("circle", "square", "triangle")
 # Jitter range of the shape's half-extent, as a fraction of the image side.
 HALF_EXTENT_RANGE = (0.2, 0.3)
-PROMPT_DIR = Path(__file__).resolve().parents[2] / "resources" / "prompts"
+PROMPT_DIR = Path(__file__).resolve().parents[3] / "resources" / "prompts"
 
 _CAPTION_RE = re.compile(
     r"^\s*(?:an?\s+)?([a-z]+)\s+([a-z]+)\s+on\s+(?:an?\s+)?([a-z]+)\s+background\s*[.!]?\s*$"

@@ -24,15 +24,14 @@ import os
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
-from rewardloop.models import synthetic, tokenizer as tok
 from rewardloop.artifacts import atomic_dir
-from rewardloop.models.tiny_sd15 import (IMAGE_SIZE, TEXT_CONFIG, VAE_CONFIG, _lr, _summary, _to_tensor, pretraining_prompts,
-                                  train_vae)
+from rewardloop.models import tokenizer as tok
+from rewardloop.models.pretraining import (IMAGE_SIZE, Recipe, loss_summary, parameter_count, sample_latents,
+                                           to_tensor, train_denoiser, train_vae)
+from rewardloop.models.tiny_sd15 import TEXT_CONFIG, VAE_CONFIG
 
 SCHEDULER = dict(num_train_timesteps=1000, shift=3.0)  # SD3/SD3.5's scheduler_config.json
 SD3_TEXT_CONFIG = {**TEXT_CONFIG, "hidden_size": 32, "intermediate_size": 128, "projection_dim": 32,
@@ -53,14 +52,6 @@ TRANSFORMER_CONFIG = dict(
 )
 
 
-@torch.no_grad()
-def latent_mean_std(vae, prompts, rng, n: int = 512) -> tuple[float, float]:
-    """Mean and standard deviation of sampled (unshifted, unscaled) latents of ``n`` rendered images."""
-    x = _to_tensor(synthetic.make_batch(rng, n, prompts, IMAGE_SIZE)[0])
-    z = vae.encode(x).latent_dist.sample()
-    return float(z.mean()), float(z.std())
-
-
 def encode_text(text_encoders, tokenizer, captions):
     """SD3's CLIP conditioning without T5: (penultimate hidden states concatenated, pooled concatenated)."""
     ids = tokenizer(captions, padding="max_length", max_length=tokenizer.model_max_length,
@@ -76,70 +67,46 @@ def encode_text(text_encoders, tokenizer, captions):
 def train_transformer(transformer, text_encoders, tokenizer, vae, prompts, steps, batch_size, rng, lr, dropout,
                       progress):
     """Jointly train the MMDiT and both text encoders on the rectified-flow loss; return loss history."""
-    params = list(transformer.parameters()) + [p for e in text_encoders for p in e.parameters()]
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=1e-2)
     shift, scale = vae.config.shift_factor, vae.config.scaling_factor
-    losses = []
-    for step in tqdm(range(steps), desc="mmdit+text", disable=not progress):
-        for group in opt.param_groups:
-            group["lr"] = _lr(step, steps, lr)
-        images, captions = synthetic.make_batch(rng, batch_size, prompts, IMAGE_SIZE)
-        captions = ["" if u < dropout else c for u, c in zip(rng.random(batch_size), captions)]
+
+    def step_loss(images, captions):
         with torch.no_grad():
-            x0 = (vae.encode(_to_tensor(images)).latent_dist.sample() - shift) * scale
+            x0 = (vae.encode(to_tensor(images)).latent_dist.sample() - shift) * scale
         hidden, pooled = encode_text(text_encoders, tokenizer, captions)
         noise = torch.randn_like(x0)
         # Logit-normal sigmas (SD3's training density) put the effort on the mid-noise levels.
-        sigma = torch.sigmoid(torch.randn(batch_size)).view(-1, 1, 1, 1)
+        sigma = torch.sigmoid(torch.randn(len(captions))).view(-1, 1, 1, 1)
         noisy = (1 - sigma) * x0 + sigma * noise
         pred = transformer(noisy, encoder_hidden_states=hidden, pooled_projections=pooled,
                            timestep=sigma.flatten() * SCHEDULER["num_train_timesteps"]).sample
-        loss = F.mse_loss(pred, noise - x0)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        losses.append(loss.item())
-    return losses
+        return F.mse_loss(pred, noise - x0)
+
+    params = list(transformer.parameters()) + [p for e in text_encoders for p in e.parameters()]
+    return train_denoiser(params, step_loss, prompts, steps, batch_size, rng, lr, dropout, progress, "mmdit+text")
 
 
-def build_tiny_sd3(
-    out_dir: str | os.PathLike,
-    seed: int = 0,
-    vae_steps: int = 1200,
-    unet_steps: int = 1200,
-    progress: bool = True,
-    batch_size: int = 64,
-    vae_batch_size: int = 32,
-    vae_lr: float = 4e-3,
-    unet_lr: float = 1e-3,
-    kl_weight: float = 1e-4,
-    caption_dropout: float = 0.1,
-    num_threads: int | None = None,
-    pretrain_on: str = "train",
-) -> dict:
+def build_tiny_sd3(out_dir: str | os.PathLike, progress: bool = True, **recipe) -> dict:
     """Build, pretrain and save the tiny SD3 model at ``out_dir`` atomically; return build stats.
 
-    ``unet_steps`` / ``unet_lr`` name the denoiser's (here the MMDiT's) pretraining, so the ``tiny``
-    config section means the same for both families.
+    ``recipe``: the fields of :class:`~rewardloop.models.pretraining.Recipe`; ``unet_steps`` /
+    ``unet_lr`` name the denoiser's (here the MMDiT's) pretraining.
     """
     from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel, StableDiffusion3Pipeline
     from transformers import CLIPTextConfig, CLIPTextModelWithProjection
 
-    if num_threads:
-        torch.set_num_threads(num_threads)
+    recipe = Recipe(**recipe)
     out_dir = Path(out_dir)
     with atomic_dir(out_dir) as tmp:
         t0 = time.perf_counter()
-        torch.manual_seed(seed)
-        rng = np.random.default_rng(seed)
-        prompts = pretraining_prompts(pretrain_on)
+        rng, prompts = recipe.start()
         tokenizer = tok.build_tokenizer(tmp / "tokenizer")
         tokenizer_2 = tok.build_tokenizer(tmp / "tokenizer_2")  # SD3 loads two CLIP tokenizers
         vae = AutoencoderKL(**SD3_VAE_CONFIG)
-        vae_losses = train_vae(vae, prompts, vae_steps, vae_batch_size, rng, kl_weight, vae_lr, progress)
+        vae_losses = train_vae(vae, prompts, recipe.vae_steps, recipe.vae_batch_size, rng, recipe.kl_weight,
+                               recipe.vae_lr, progress)
         vae.eval().requires_grad_(False)
-        mean, std = latent_mean_std(vae, prompts, rng)
+        z = sample_latents(vae, prompts, rng)
+        mean, std = float(z.mean()), float(z.std())
         vae.register_to_config(shift_factor=mean, scaling_factor=1.0 / std)
         t_vae = time.perf_counter() - t0
 
@@ -148,8 +115,8 @@ def build_tiny_sd3(
                                      **SD3_TEXT_CONFIG)
         text_encoders = [CLIPTextModelWithProjection(text_config), CLIPTextModelWithProjection(text_config)]
         transformer = SD3Transformer2DModel(**TRANSFORMER_CONFIG)
-        losses = train_transformer(transformer, text_encoders, tokenizer, vae, prompts, unet_steps, batch_size,
-                                   rng, unet_lr, caption_dropout, progress)
+        losses = train_transformer(transformer, text_encoders, tokenizer, vae, prompts, recipe.unet_steps,
+                                   recipe.batch_size, rng, recipe.unet_lr, recipe.caption_dropout, progress)
         t_mmdit = time.perf_counter() - t0 - t_vae
 
         pipe = StableDiffusion3Pipeline(
@@ -160,24 +127,21 @@ def build_tiny_sd3(
         pipe.save_pretrained(tmp, safe_serialization=True)
         stats = {
             "family": "sd3",
-            "seed": seed,
-            "pretrain_on": pretrain_on,
+            "seed": recipe.seed,
+            "pretrain_on": recipe.pretrain_on,
             "image_size": IMAGE_SIZE,
-            "vae_steps": vae_steps,
-            "unet_steps": unet_steps,
-            "batch_size": batch_size,
-            "vae_lr": vae_lr,
-            "unet_lr": unet_lr,
-            "caption_dropout": caption_dropout,
+            "vae_steps": recipe.vae_steps,
+            "unet_steps": recipe.unet_steps,
+            "batch_size": recipe.batch_size,
+            "vae_lr": recipe.vae_lr,
+            "unet_lr": recipe.unet_lr,
+            "caption_dropout": recipe.caption_dropout,
             "shift_factor": mean,
             "scaling_factor": 1.0 / std,
-            "vae_loss": _summary(vae_losses),
-            "transformer_loss": _summary(losses),
-            "params": {
-                "vae": sum(p.numel() for p in vae.parameters()),
-                "transformer": sum(p.numel() for p in transformer.parameters()),
-                "text_encoders": sum(p.numel() for e in text_encoders for p in e.parameters()),
-            },
+            "vae_loss": loss_summary(vae_losses),
+            "transformer_loss": loss_summary(losses),
+            "params": {"vae": parameter_count(vae), "transformer": parameter_count(transformer),
+                       "text_encoders": parameter_count(*text_encoders)},
             "wall_s": {"vae": t_vae, "transformer_text": t_mmdit, "total": time.perf_counter() - t0},
             "torch_threads": torch.get_num_threads(),
         }
