@@ -13,7 +13,13 @@ import torch
 from rewardloop import config as cfgmod
 from rewardloop.models import loading as models, synthetic
 from rewardloop.signal import offline_pairs
-from rewardloop.training.trainer import PairData, PreferenceTrainer, concat_pairs, load_pair_data
+from rewardloop.objectives import TrainingInputs, get_objective
+from rewardloop.objectives.preference import PairData, concat_pairs, load_pairs
+from rewardloop.objectives.registry import ModelInfo
+from rewardloop.models.families import get_family
+from rewardloop.artifacts import read_table, read_tensors
+from rewardloop.stages import train
+from rewardloop.training.trainer import Trainer
 
 from model_helpers import probe
 
@@ -53,25 +59,30 @@ def synthetic_pairs(n=6, seed=0) -> PairData:
 
 
 def test_full_finetune_trains_every_weight_and_keeps_the_reference_frozen(tiny_model, tmp_path):
-    from diffusers import DDPMScheduler, UNet2DConditionModel
+    from diffusers import UNet2DConditionModel
 
     from rewardloop.models.full_model import save_unet
 
-    cfg = validated(train={"adapter": "none", "reference_offload": True, "steps": 3, "batch_size": 2,
-                           "learning_rate": 1e-3, "dpo": {"beta": 2000}, "checkpointing_steps": 100})
-    pipe = models.load_pipeline({"family": "sd15", "path": str(tiny_model)})
+    cfg = validated(model={"path": str(tiny_model), "build_tiny": False},
+                    train={"adapter": "none", "reference_offload": True, "steps": 3, "batch_size": 2,
+                           "learning_rate": 1e-3, "dpo": {"beta": 2000, "reference": "previous"},
+                           "checkpointing_steps": 100})
+    dpo = get_objective("dpo").from_config(cfg, 0)
+    # As the train stage loads them: the policy is model(it-1), the reference a frozen copy of it.
+    pipe, reference = train.load_models(cfg["model"], "none", dpo.reference(), None, "cpu")
+    dpo.use_model(ModelInfo(get_family("sd15"), pipe.scheduler.config, pipe.vae_scale_factor))
     start = probe(pipe.unet)
-    trainer = PreferenceTrainer(cfg["train"], pipe.unet, None, DDPMScheduler.from_config(pipe.scheduler.config), 0, 0)
+    trainer = Trainer(dpo.train, pipe.unet, 0, 0, reference_model=reference)
     assert len(trainer.params) == len(list(pipe.unet.parameters()))  # no adapter: every weight
-    assert all(not p.requires_grad for p in trainer.reference_unet.parameters())
-    trainer.run(synthetic_pairs(), tmp_path / "state", "fp", progress=False)
-    assert torch.equal(probe(trainer.reference_unet), start)  # the reference is the starting UNet
-    assert next(trainer.reference_unet.parameters()).device.type == "cpu"  # offloaded between forwards
-    assert (probe(trainer.unet) - start).abs().max() > 1e-5
-    weights = save_unet(trainer.unet, tmp_path / "train")
+    assert all(not p.requires_grad for p in reference.parameters())
+    trainer.run(dpo, synthetic_pairs(), tmp_path / "state", "fp", progress=False)
+    assert torch.equal(probe(reference), start)  # the reference is the starting UNet
+    assert next(reference.parameters()).device.type == "cpu"  # offloaded between forwards
+    assert (probe(trainer.model) - start).abs().max() > 1e-5
+    weights = save_unet(trainer.model, tmp_path / "train")
     assert weights.is_file() and weights.name.endswith(".safetensors")
     torch.testing.assert_close(probe(UNet2DConditionModel.from_pretrained(tmp_path / "train" / "unet")),
-                               probe(trainer.unet))
+                               probe(trainer.model))
 
 
 def test_full_export_is_a_plain_diffusers_folder(tiny_model, tmp_path):
@@ -135,18 +146,19 @@ def test_offline_pairs_encode_once_and_mix_into_batches(tiny_model, tmp_path):
     count = offline_pairs.encode(cfgmod.stage_config(cfg, "seed", "model", "data", "device"), 32, True, 0,
                                  tmp_path / "off.parquet", tmp_path / "off.safetensors")
     assert count == 5
-    offline = load_pair_data(tmp_path / "off.parquet", tmp_path / "off.safetensors")
+    offline = load_pairs(TrainingInputs(read_table(tmp_path / "off.parquet").to_pandas(),
+                                        read_tensors(tmp_path / "off.safetensors"), "off.parquet", "off.safetensors"))
     assert offline.chosen.shape == (5, 4, 8, 8) and offline.embeds.shape[0] == 5
     online = synthetic_pairs(n=6)
     mixed = concat_pairs(online, offline, offline_fraction=0.25)
     assert len(mixed) == 11 and mixed.offline == 5
-    from diffusers import DDPMScheduler
-
     pipe = models.load_pipeline(cfg["model"])
-    trainer = PreferenceTrainer(cfg["train"], pipe.unet, None, DDPMScheduler.from_config(pipe.scheduler.config), 0, 0)
-    index = trainer.micro_batch(mixed, 0, 0)[0]
+    dpo = get_objective("dpo").from_config(cfg, 0)
+    dpo.use_model(ModelInfo(get_family("sd15"), pipe.scheduler.config, pipe.vae_scale_factor))
+    trainer = Trainer(dpo.train, pipe.unet, 0, 0)
+    index = dpo.micro_batch(mixed, 0, 0).index
     assert len(index) == 8 and (index >= 6).sum() == 2  # 25 % of 8 from the offline pairs
-    loss, _ = trainer.loss(mixed, 0, 0)
+    loss, _ = dpo.loss(trainer.policy, mixed, (0, 0))
     assert torch.isfinite(loss)
     with pytest.raises(Exception, match="data.offline_pairs: latents"):
         concat_pairs(online, PairData(torch.zeros(1, 4, 4, 4), torch.zeros(1, 4, 4, 4), torch.zeros(1, 16, 64)), 0.5)

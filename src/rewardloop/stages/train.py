@@ -40,7 +40,7 @@ def _model_digest(model_dir) -> str:
     return file_digest(Path(model_dir) / models.LORA_WEIGHTS)
 
 
-def _load_models(model_cfg, adapter: str, reference_kind: str | None, init_dir, device):
+def load_models(model_cfg, adapter: str, reference_kind: str | None, init_dir, device):
     """(pipeline whose denoiser is trained, frozen reference denoiser or None = the LoRA disabled)."""
     if adapter == "none":
         # Policy: model(it-1) itself. Reference: the base, or a frozen copy of model(it-1).
@@ -84,7 +84,7 @@ def prepare(cfg, iteration: int, signal_path, latents_path, init_lora_dir, threa
     metrics = {"iteration": iteration}
     device = torch_setup(threads, cfg["device"])
     with timed(metrics, "perf/model_load_time"):
-        pipe, reference = _load_models(cfg["model"], train.adapter, objective.reference(), init_lora_dir, device)
+        pipe, reference = load_models(cfg["model"], train.adapter, objective.reference(), init_lora_dir, device)
     trainer = Trainer(train, getattr(pipe, family.denoiser), cfg["seed"], iteration, reference)
     extra_files = [Path(init_lora_dir) / name / models.LORA_WEIGHTS for name in objective.extra_adapters
                    if init_lora_dir]

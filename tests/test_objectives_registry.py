@@ -1,0 +1,93 @@
+"""The objective registry is the one place an objective is declared: the schema, the choices of
+train.loss, the startup checks, the DAG's signal and the Trainer all read it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+from rewardloop import config as cfgmod
+from rewardloop.objectives import OBJECTIVES, get_objective, objective
+from rewardloop.objectives.options import option
+from rewardloop.objectives.preference import PairObjective
+from rewardloop.objectives.registry import ModelInfo
+from rewardloop.models import loading as models
+from rewardloop.models.families import get_family
+from rewardloop.training.trainer import Trainer
+
+from test_training_options import ROOT, synthetic_pairs
+
+PROMPTS = {k: str(ROOT / f"resources/prompts/{k}.txt") for k in ("train", "eval")}
+
+
+@dataclass(frozen=True)
+class ChosenWeightOptions:
+    weight: float = option(2.0, "How much more the chosen image's denoising loss counts.", exclusiveMinimum=0)
+
+
+@pytest.fixture
+def toy_objective():
+    """A new objective, as a user's module would declare it (then one import in objectives/__init__.py)."""
+
+    @objective("weighted_sft")
+    class WeightedSFT(PairObjective):
+        Options = ChosenWeightOptions
+        description = "SFT weighting the chosen image (a test objective)."
+
+        def loss(self, policy, data, micro, stream=0):
+            chosen, _, noise, timesteps, cond = self.batch_tensors(policy, data, micro, stream)
+            losses = self.options.weight * self.denoising_losses(policy, policy.module, chosen, noise, timesteps, cond)
+            return losses.mean(), {"train/loss": losses.mean().item()}
+
+    yield WeightedSFT
+    del OBJECTIVES["weighted_sft"]
+
+
+def test_a_new_objective_is_a_config_choice_with_its_own_section(toy_objective):
+    cfg = cfgmod.validate({"prompts": PROMPTS, "train": {"loss": "weighted_sft", "weighted_sft": {"weight": 3.0}}})
+    assert cfg["train"]["weighted_sft"] == {"weight": 3.0}
+    assert "dpo" not in cfg["train"]  # only the chosen objective's section is kept (the job's params)
+    with pytest.raises(cfgmod.ConfigError, match="train.weighted_sft.weight: 0 is less than or equal to the minimum"):
+        cfgmod.validate({"prompts": PROMPTS, "train": {"loss": "weighted_sft", "weighted_sft": {"weight": 0}}})
+    with pytest.raises(cfgmod.ConfigError, match="train.weighted_sft: Additional properties .*'wieght'"):
+        cfgmod.validate({"prompts": PROMPTS, "train": {"loss": "weighted_sft", "weighted_sft": {"wieght": 1}}})
+    # Its declared families are checked at startup, like the built-in objectives'.
+    with pytest.raises(cfgmod.ConfigError, match="train.loss: weighted_sft is not available for model.family sd3"):
+        cfgmod.validate({"prompts": PROMPTS, "model": {"family": "sd3"}, "train": {"loss": "weighted_sft"}})
+
+
+def test_a_new_objective_trains_through_the_one_trainer(toy_objective, tiny_model, tmp_path):
+    cfg = cfgmod.validate({"prompts": PROMPTS, "train": {"loss": "weighted_sft", "steps": 3, "batch_size": 2,
+                                                         "learning_rate": 1e-3, "checkpointing_steps": 2}})
+    pipe = models.load_pipeline({"family": "sd15", "path": str(tiny_model)})
+    toy = get_objective("weighted_sft").from_config(cfg, 0)
+    toy.use_model(ModelInfo(get_family("sd15"), pipe.scheduler.config, pipe.vae_scale_factor))
+    trainer = Trainer(toy.train, pipe.unet, seed=0, iteration=0)
+    before = [p.detach().clone() for p in trainer.params]
+    history, resumed = trainer.run(toy, synthetic_pairs(), tmp_path / "state", "fp", progress=False)
+    assert len(history) == 3 and resumed == 0
+    assert any(not torch.equal(a, b) for a, b in zip(before, trainer.params))
+
+
+def test_an_unknown_objective_names_the_registered_ones():
+    with pytest.raises(cfgmod.ConfigError, match=r"train.loss: 'ppo' is not one of \['dpo', 'grpo', 'nft', 'sft'\]"):
+        cfgmod.validate({"prompts": PROMPTS, "train": {"loss": "ppo"}})
+
+
+@pytest.mark.parametrize("old, new", [("beta", "train.dpo.beta"), ("clip_range", "train.grpo.clip_range"),
+                                      ("nft_beta", "train.nft.beta"),
+                                      ("inner_epochs", "train.grpo.inner_epochs or train.nft.inner_epochs")])
+def test_old_flat_keys_are_refused_naming_the_new_one(old, new):
+    with pytest.raises(cfgmod.ConfigError, match=f"train.{old}: now {new}"):
+        cfgmod.validate({"prompts": PROMPTS, "train": {old: 1}})
+
+
+def test_every_objective_declares_what_the_dag_needs():
+    for name, declared in OBJECTIVES.items():
+        assert declared.signal in ("pairs", "advantages"), name
+        assert declared.families and declared.description, name
+        assert declared.rollout_adapter == "current" or declared.rollout_adapter in declared.extra_adapters, name
+        schema = declared.schema()
+        assert all("description" in spec and "default" in spec for spec in schema["properties"].values()), name
