@@ -84,6 +84,14 @@ def sample_latents(vae, prompts, rng, n: int = 512) -> torch.Tensor:
     return vae.encode(to_tensor(synthetic.make_batch(rng, n, prompts, IMAGE_SIZE)[0])).latent_dist.sample()
 
 
+def pretrain_vae(vae, recipe: Recipe, rng, prompts, progress: bool) -> tuple[list[float], torch.Tensor]:
+    """Train the autoencoder, freeze it; (its loss history, sampled latents to measure its scale on)."""
+    losses = train_vae(vae, prompts, recipe.vae_steps, recipe.vae_batch_size, rng, recipe.kl_weight, recipe.vae_lr,
+                       progress)
+    vae.eval().requires_grad_(False)
+    return losses, sample_latents(vae, prompts, rng)
+
+
 def train_denoiser(params: list, step_loss: Callable[[np.ndarray, list[str]], torch.Tensor], prompts, steps: int,
                    batch_size: int, rng, lr: float, dropout: float, progress: bool, desc: str) -> list[float]:
     """Train ``params`` on ``step_loss(images, captions)`` of rendered batches; return the loss history.

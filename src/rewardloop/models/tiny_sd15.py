@@ -29,8 +29,8 @@ import torch.nn.functional as F
 
 from rewardloop.artifacts import atomic_dir
 from rewardloop.models import tokenizer as tok
-from rewardloop.models.pretraining import (IMAGE_SIZE, Recipe, loss_summary, parameter_count, sample_latents,
-                                           to_tensor, train_denoiser, train_vae)
+from rewardloop.models.pretraining import (IMAGE_SIZE, Recipe, loss_summary, parameter_count, pretrain_vae, to_tensor,
+                                           train_denoiser)
 # SD1.5's scheduler settings (v1-5 scheduler_config.json).
 SD15_SCHEDULER = dict(
     num_train_timesteps=1000,
@@ -115,10 +115,8 @@ def build_tiny_sd15(out_dir: str | os.PathLike, progress: bool = True, **recipe)
         rng, prompts = recipe.start()
         tokenizer = tok.build_tokenizer(tmp / "tokenizer")
         vae = AutoencoderKL(**VAE_CONFIG)
-        vae_losses = train_vae(vae, prompts, recipe.vae_steps, recipe.vae_batch_size, rng, recipe.kl_weight,
-                               recipe.vae_lr, progress)
-        vae.eval().requires_grad_(False)
-        std = float(sample_latents(vae, prompts, rng).std())
+        vae_losses, latents = pretrain_vae(vae, recipe, rng, prompts, progress)
+        std = float(latents.std())
         vae.register_to_config(scaling_factor=1.0 / std)
         t_vae = time.perf_counter() - t0
 

@@ -29,8 +29,8 @@ import torch.nn.functional as F
 
 from rewardloop.artifacts import atomic_dir
 from rewardloop.models import tokenizer as tok
-from rewardloop.models.pretraining import (IMAGE_SIZE, Recipe, loss_summary, parameter_count, sample_latents,
-                                           to_tensor, train_denoiser, train_vae)
+from rewardloop.models.pretraining import (IMAGE_SIZE, Recipe, loss_summary, parameter_count, pretrain_vae, to_tensor,
+                                           train_denoiser)
 from rewardloop.models.tiny_sd15 import TEXT_CONFIG, VAE_CONFIG
 
 SCHEDULER = dict(num_train_timesteps=1000, shift=3.0)  # SD3/SD3.5's scheduler_config.json
@@ -102,10 +102,7 @@ def build_tiny_sd3(out_dir: str | os.PathLike, progress: bool = True, **recipe) 
         tokenizer = tok.build_tokenizer(tmp / "tokenizer")
         tokenizer_2 = tok.build_tokenizer(tmp / "tokenizer_2")  # SD3 loads two CLIP tokenizers
         vae = AutoencoderKL(**SD3_VAE_CONFIG)
-        vae_losses = train_vae(vae, prompts, recipe.vae_steps, recipe.vae_batch_size, rng, recipe.kl_weight,
-                               recipe.vae_lr, progress)
-        vae.eval().requires_grad_(False)
-        z = sample_latents(vae, prompts, rng)
+        vae_losses, z = pretrain_vae(vae, recipe, rng, prompts, progress)
         mean, std = float(z.mean()), float(z.std())
         vae.register_to_config(shift_factor=mean, scaling_factor=1.0 / std)
         t_vae = time.perf_counter() - t0

@@ -81,13 +81,7 @@ DDIM_STEP_PARAMS = ("timesteps", "alphas", "alphas_prev", "std")
 
 def load_advantages(inputs: TrainingInputs):
     """advantages.parquet's rows (sample_id, prompt_id, advantage), refusing an empty table."""
-    table = inputs.signal
-    missing = [c for c in ("sample_id", "prompt_id", "advantage") if c not in table.columns]
-    if missing:
-        raise ObjectiveError(f"{inputs.signal_path}: missing column(s) {', '.join(missing)}")
-    if table.empty:
-        raise ObjectiveError(f"{inputs.signal_path}: no samples with a non-zero advantage (every group tied?)")
-    return table
+    return inputs.rows(("sample_id", "prompt_id", "advantage"), "no samples with a non-zero advantage (every group tied?)")
 
 
 def load_rollouts(inputs: TrainingInputs, family: Family) -> RolloutData:

@@ -99,7 +99,7 @@ class NFTOptions:
     old_decay_rate: float = option(0.001, "The old policy's soft update old <- d old + (1 - d) current after each "
                                           "iteration, d = min(rate * (global_step - flat), max) "
                                           f"({SOURCE}: return_decay, decay_type 1: rate 0.001).", minimum=0)
-    old_decay_max: float = option(0.5, f"Upper bound of d (decay_type 1: 0.5; the OCR recipe's type 2: 0.999).",
+    old_decay_max: float = option(0.5, "Upper bound of d (decay_type 1: 0.5; the OCR recipe's type 2: 0.999).",
                                   minimum=0, maximum=1)
     old_decay_flat_steps: int = option(0, "Optimizer steps before d leaves 0, the old policy following the trained "
                                           "one exactly (decay_type 1: 0; type 2: 75).", minimum=0)

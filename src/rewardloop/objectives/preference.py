@@ -58,12 +58,7 @@ class PairData:
 
 def load_pairs(inputs: TrainingInputs) -> PairData:
     """pairs.parquet's rows (prompt_id, chosen, rejected) with their latents and conditioning."""
-    pairs = inputs.signal
-    missing = [c for c in ("prompt_id", "chosen", "rejected") if c not in pairs.columns]
-    if missing:
-        raise ObjectiveError(f"{inputs.signal_path}: missing column(s) {', '.join(missing)}")
-    if pairs.empty:
-        raise ObjectiveError(f"{inputs.signal_path}: no preference pairs (all groups tied?)")
+    pairs = inputs.rows(("prompt_id", "chosen", "rejected"), "no preference pairs (all groups tied?)")
     get = inputs.tensor
     has_pooled = any(k.startswith("pooled_embeds/") for k in inputs.tensors)
     empty = {k.split("/", 1)[1]: v for k, v in inputs.tensors.items() if k.startswith(f"{EMPTY_PROMPT}/")}

@@ -45,6 +45,15 @@ class TrainingInputs:
     signal_path: str
     latents_path: str
 
+    def rows(self, columns: tuple[str, ...], what: str) -> pd.DataFrame:
+        """The signal table, refused when it lacks ``columns`` or is empty (``what`` says what an empty one lacks)."""
+        missing = [c for c in columns if c not in self.signal.columns]
+        if missing:
+            raise ObjectiveError(f"{self.signal_path}: missing column(s) {', '.join(missing)}")
+        if self.signal.empty:
+            raise ObjectiveError(f"{self.signal_path}: {what}")
+        return self.signal
+
     def tensor(self, key: str) -> torch.Tensor:
         if key not in self.tensors:
             raise ObjectiveError(f"{self.latents_path}: has no tensor {key!r} (needed by {self.signal_path})")
