@@ -30,7 +30,7 @@ def test_jobs_take_distinct_free_devices(tmp_path):
 def test_another_process_holding_a_device_is_respected_until_it_exits(tmp_path):
     holder = subprocess.Popen(
         [sys.executable, "-c",
-         "import sys, time; from rewardloop import gpu_slots; "
+         "import sys, time; from rewardloop.runtime import gpu_slots; "
          f"ids, locks = gpu_slots.claim(2, {DEVICES!r}, {str(tmp_path)!r}); print(','.join(ids), flush=True); "
          "sys.stdin.read()"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -48,7 +48,7 @@ def test_another_process_holding_a_device_is_respected_until_it_exits(tmp_path):
 def test_a_job_waits_for_a_device_until_its_holder_exits(tmp_path):
     holder = subprocess.Popen(
         [sys.executable, "-c",
-         "import time; from rewardloop import gpu_slots; "
+         "import time; from rewardloop.runtime import gpu_slots; "
          f"ids, locks = gpu_slots.claim(1, ['0'], {str(tmp_path)!r}); print('held', flush=True); time.sleep(1.5)"],
         stdout=subprocess.PIPE, text=True)
     try:

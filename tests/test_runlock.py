@@ -7,7 +7,7 @@ import pytest
 
 from rewardloop.runtime import runlock
 
-HOLDER = "import sys, time; from rewardloop import runlock; runlock.acquire(sys.argv[1]); print('held', flush=True); time.sleep(60)"
+HOLDER = "import sys, time; from rewardloop.runtime import runlock; runlock.acquire(sys.argv[1]); print('held', flush=True); time.sleep(60)"
 
 
 def test_second_run_is_refused_and_a_killed_holder_releases(tmp_path):
