@@ -52,10 +52,9 @@ def optimizer_step(setup, data: PairData, step: int) -> None:
 
 @torch.no_grad()
 def encode(pipe, pixels: torch.Tensor, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-    from rewardloop.sampling.ddim import encode_prompts
 
     latents = pipe.vae.encode(pixels).latent_dist.sample() * pipe.vae.config.scaling_factor
-    return latents, encode_prompts(pipe, prompts)
+    return latents, get_family("sd15").encode(pipe, prompts)["prompt_embeds"]
 
 
 def main() -> None:

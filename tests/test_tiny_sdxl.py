@@ -5,8 +5,10 @@ from __future__ import annotations
 import torch
 
 from rewardloop.models import loading as models
-from rewardloop.models.families import add_time_ids
-from rewardloop.sampling.ddim import SamplerSettings, encode_conditioning, sample_latents
+from rewardloop.models.families import add_time_ids, get_family
+from rewardloop.sampling.ddim import SamplerSettings, sample_latents
+
+SDXL = get_family("sdxl")
 
 
 def test_tiny_sdxl_is_a_plain_diffusers_sdxl_folder(tiny_sdxl_model):
@@ -22,13 +24,13 @@ def test_tiny_sdxl_is_a_plain_diffusers_sdxl_folder(tiny_sdxl_model):
 
 def test_sdxl_conditioning_and_seeded_sampling(tiny_sdxl_model):
     pipe = models.load_pipeline({"family": "sdxl", "path": str(tiny_sdxl_model)})
-    cond = encode_conditioning(pipe, ["a red circle on a blue background", "a green square on a red background"])
+    cond = SDXL.encode(pipe, ["a red circle on a blue background", "a green square on a red background"])
     assert cond["prompt_embeds"].shape[-1] == pipe.unet.config.cross_attention_dim
     assert cond["pooled_embeds"].shape == (2, pipe.text_encoder_2.config.projection_dim)
     settings = SamplerSettings(steps=3, guidance_scale=5.0, eta=0.0, resolution=32)
-    first = sample_latents(pipe, cond, [11, 12], settings, batch_size=2, progress=False)
+    first = sample_latents(pipe, SDXL, cond, [11, 12], settings, batch_size=2, progress=False)
     # Per-image seeds: the same image alone or in a batch.
-    alone = sample_latents(pipe, {k: v[1:] for k, v in cond.items()}, [12], settings, batch_size=1, progress=False)
+    alone = sample_latents(pipe, SDXL, {k: v[1:] for k, v in cond.items()}, [12], settings, batch_size=1, progress=False)
     torch.testing.assert_close(first[1:], alone, rtol=1e-4, atol=1e-5)
     assert add_time_ids(32, 2).tolist() == [[32, 32, 0, 0, 32, 32]] * 2
 
@@ -41,7 +43,7 @@ def test_our_sdxl_sampler_matches_the_diffusers_pipeline(tiny_sdxl_model):
     pipe = models.load_pipeline({"family": "sdxl", "path": str(tiny_sdxl_model)})
     prompts = ["a red circle on a blue background", "a green square on a red background"]
     settings = SamplerSettings(steps=4, guidance_scale=5.0, eta=0.0, resolution=32)
-    ours = sample_latents(pipe, encode_conditioning(pipe, prompts), [3, 4], settings, batch_size=2, progress=False)
+    ours = sample_latents(pipe, SDXL, SDXL.encode(pipe, prompts), [3, 4], settings, batch_size=2, progress=False)
     noise = initial_noise([3, 4], latent_shape(pipe, 32), "cpu", torch.float32) * pipe.scheduler.init_noise_sigma
     theirs = pipe(prompt=prompts, negative_prompt=["", ""], num_inference_steps=4, guidance_scale=5.0, height=32,
                   width=32, latents=noise.clone(), output_type="latent").images
@@ -65,8 +67,8 @@ def _sdxl_trainer(tiny_sdxl_model, **train):
 def _sdxl_pairs(pipe):
     from rewardloop.objectives.preference import PairData
 
-    cond = encode_conditioning(pipe, ["a red circle on a blue background", "a blue square on a red background"])
-    empty = {k: v[0] for k, v in encode_conditioning(pipe, [""]).items()}
+    cond = SDXL.encode(pipe, ["a red circle on a blue background", "a blue square on a red background"])
+    empty = {k: v[0] for k, v in SDXL.encode(pipe, [""]).items()}
     gen = torch.Generator().manual_seed(0)
     return PairData(torch.randn(2, 4, 8, 8, generator=gen), torch.randn(2, 4, 8, 8, generator=gen),
                     cond["prompt_embeds"], pooled=cond["pooled_embeds"], empty=empty)

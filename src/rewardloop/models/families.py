@@ -124,10 +124,3 @@ def get_family(name: str) -> Family:
     if name not in FAMILIES:
         raise FamilyError(f"model.family: unknown family {name!r} (expected one of {', '.join(FAMILIES)})")
     return FAMILIES[name]
-
-
-def family_of_pipeline(pipe) -> Family:
-    for family in FAMILIES.values():
-        if type(pipe).__name__ == family.pipeline:
-            return family
-    raise FamilyError(f"{type(pipe).__name__}: not a supported model family ({', '.join(FAMILIES)})")

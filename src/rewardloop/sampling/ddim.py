@@ -37,19 +37,6 @@ def sample_seed(base_seed: int, iteration: int, prompt_index: int, k: int) -> in
     return int(np.random.SeedSequence([base_seed, iteration + 1, prompt_index, k]).generate_state(1)[0] >> 1)
 
 
-@torch.no_grad()
-def encode_conditioning(pipe, prompts: Sequence[str]) -> dict[str, torch.Tensor]:
-    """The family's conditioning of each prompt, {key: [N, ...]} (SDXL: embeds and pooled embeds)."""
-    from rewardloop.models.families import family_of_pipeline
-
-    return family_of_pipeline(pipe).encode(pipe, prompts)
-
-
-def encode_prompts(pipe, prompts: Sequence[str]) -> torch.Tensor:
-    """Text-encoder hidden states for each prompt, [N, L, D]."""
-    return encode_conditioning(pipe, prompts)["prompt_embeds"]
-
-
 def latent_shape(pipe, resolution: int) -> tuple[int, int, int]:
     factor = pipe.vae_scale_factor
     if resolution % factor:
@@ -65,6 +52,7 @@ def initial_noise(seeds: Sequence[int], shape, device, dtype) -> torch.Tensor:
 @torch.no_grad()
 def sample_latents(
     pipe,
+    family,
     embeds: torch.Tensor,
     seeds: Sequence[int],
     settings: SamplerSettings,
@@ -74,11 +62,9 @@ def sample_latents(
 ) -> torch.Tensor:
     """Denoise one image per (conditioning row, seed); returns the final latents [N, C, h, w] (fp32, CPU).
 
-    ``embeds``: prompt embeddings [N, L, D], or the family's conditioning dict {key: [N, ...]}.
+    ``family``: the pipeline's :class:`~rewardloop.models.families.Family`; ``embeds``: prompt
+    embeddings [N, L, D], or the family's conditioning dict {key: [N, ...]}.
     """
-    from rewardloop.models.families import family_of_pipeline
-
-    family = family_of_pipeline(pipe)
     unet, scheduler = pipe.unet, pipe.scheduler
     device, dtype = pipe.device, unet.dtype
     rows = {"prompt_embeds": embeds} if isinstance(embeds, torch.Tensor) else embeds

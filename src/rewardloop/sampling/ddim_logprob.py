@@ -52,18 +52,18 @@ def guided_eps(unet, latents, timesteps, embeds, uncond, guidance_scale: float) 
 
 
 @torch.no_grad()
-def sample_ddim_recorded(pipe, embeds: torch.Tensor, seeds: Sequence[int], settings, batch_size: int,
+def sample_ddim_recorded(pipe, family, embeds: torch.Tensor, seeds: Sequence[int], settings, batch_size: int,
                          sde_steps: Sequence[Sequence[int]], eta: float, progress: bool = True,
                          desc: str = "generate"):
     """DDIM rollouts whose ``sde_steps[i]`` are eta > 0 steps, recorded; returns (latents, records)."""
-    from rewardloop.sampling.ddim import encode_prompts, initial_noise, latent_shape
+    from rewardloop.sampling.ddim import initial_noise, latent_shape
 
     unet, scheduler, device = pipe.unet, pipe.scheduler, pipe.device
     scheduler.set_timesteps(settings.steps, device="cpu")
     timesteps = [int(t) for t in scheduler.timesteps]
     shape = latent_shape(pipe, settings.resolution)
     use_cfg = settings.guidance_scale > 1.0
-    uncond = encode_prompts(pipe, [""]) if use_cfg else None
+    uncond = family.encode(pipe, [""])["prompt_embeds"] if use_cfg else None
     outputs, records = [], []
     for start in tqdm(range(0, len(seeds), batch_size), desc=desc, unit="batch", disable=not progress):
         batch_seeds = list(seeds[start: start + batch_size])

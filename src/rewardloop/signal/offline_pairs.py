@@ -102,11 +102,12 @@ def encode(cfg: Mapping, resolution: int, random_crop: bool, num_workers: int, p
            device="cpu", batch_size: int = 8) -> int:
     """cfg: seed, model, data. Encode the offline pairs once; return how many were written."""
     from rewardloop.models import loading as models
-    from rewardloop.sampling.ddim import encode_conditioning
+    from rewardloop.models.families import get_family
 
     path = cfg["data"]["offline_pairs"]
     pairs = read_offline_pairs(path, cfg["data"]["offline_max_pairs"], cfg["seed"])
     pipe = models.load_pipeline(cfg["model"], device=device)
+    family = get_family(cfg["model"]["family"])
     vae = pipe.vae
     loader = torch.utils.data.DataLoader(PairImages(pairs, resolution, random_crop, cfg["seed"], str(path)),
                                          batch_size=batch_size, num_workers=num_workers)
@@ -115,7 +116,7 @@ def encode(cfg: Mapping, resolution: int, random_crop: bool, num_workers: int, p
     for start, (chosen, rejected) in zip(range(0, len(pairs), batch_size), loader):
         pixels = torch.cat([chosen, rejected]).to(device=device, dtype=vae.dtype)
         latents = (vae.encode(pixels).latent_dist.sample(generator=gen) * vae.config.scaling_factor).float().cpu()
-        cond = encode_conditioning(pipe, pairs.caption.iloc[start : start + len(chosen)].tolist())
+        cond = family.encode(pipe, pairs.caption.iloc[start : start + len(chosen)].tolist())
         for j, (w, l) in enumerate(zip(*latents.chunk(2))):
             pid = f"{PREFIX}{start + j:07d}"
             rows.append({"prompt_id": pid, "prompt": pairs.caption.iloc[start + j],

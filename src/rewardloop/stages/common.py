@@ -36,9 +36,9 @@ def torch_setup(threads: int, device_name: str):
     return resolve_device(device_name)
 
 
-def rollout(pipe, prompts: pd.DataFrame, seeds: list[list[int]], settings, batch_size: int, id_prefix: str,
+def rollout(pipe, family, prompts: pd.DataFrame, seeds: list[list[int]], settings, batch_size: int, id_prefix: str,
             progress: bool = True, desc: str = "generate", rows_slice: slice | None = None, sde=None):
-    """Sample ``seeds[i]`` images for prompt row i.
+    """Sample ``seeds[i]`` images for prompt row i from ``pipe``, a model of ``family``.
 
     Returns (rows with sample_id/prompt_id/prompt/group/seed/image + sampler settings,
     final latents [N, C, h, w], tensors to store: {"<key>/<prompt_id>": conditioning tensor} with the
@@ -53,11 +53,9 @@ def rollout(pipe, prompts: pd.DataFrame, seeds: list[list[int]], settings, batch
     """
     import torch
 
-    from rewardloop.models.families import family_of_pipeline
-    from rewardloop.sampling.ddim import decode_latents, encode_conditioning
+    from rewardloop.sampling.ddim import decode_latents
 
-    family = family_of_pipeline(pipe)
-    cond = {k: v.cpu() for k, v in encode_conditioning(pipe, prompts.prompt.tolist()).items()}
+    cond = {k: v.cpu() for k, v in family.encode(pipe, prompts.prompt.tolist()).items()}
     rows, row_index = [], []
     for i, (prompt_id, prompt) in enumerate(zip(prompts.prompt_id, prompts.prompt)):
         for group, seed in enumerate(seeds[i]):
@@ -82,7 +80,7 @@ def rollout(pipe, prompts: pd.DataFrame, seeds: list[list[int]], settings, batch
     used = {row["prompt_id"] for row in rows}
     tensors = {f"{k}/{pid}": v[i] for k, v in cond.items() for i, pid in enumerate(prompts.prompt_id) if pid in used}
     # train.proportion_empty_prompts swaps in the empty prompt's conditioning: cache it too.
-    empty = encode_conditioning(pipe, [""])
+    empty = family.encode(pipe, [""])
     tensors.update({f"{EMPTY_PROMPT}/{k}": v[0].cpu() for k, v in empty.items()})
     if sde:
         _add_records(tensors, rows, records, settings)
@@ -103,11 +101,11 @@ def _sample(pipe, family, cond, seeds, settings, batch_size, noise_level, sde_st
     if sde_steps is not None:  # GRPO on SD1.5: DDIM with eta > 0 on the recorded steps (DDPO)
         from rewardloop.sampling.ddim_logprob import sample_ddim_recorded
 
-        return sample_ddim_recorded(pipe, cond["prompt_embeds"], seeds, settings, batch_size, sde_steps,
+        return sample_ddim_recorded(pipe, family, cond["prompt_embeds"], seeds, settings, batch_size, sde_steps,
                                     eta=noise_level, progress=progress, desc=desc)
     from rewardloop.sampling.ddim import sample_latents
 
-    return sample_latents(pipe, cond, seeds, settings, batch_size, progress=progress, desc=desc), None
+    return sample_latents(pipe, family, cond, seeds, settings, batch_size, progress=progress, desc=desc), None
 
 
 def _add_records(tensors: dict, rows, records, settings) -> None:

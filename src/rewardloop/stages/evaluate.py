@@ -7,6 +7,7 @@ downstream waits for it.
 from __future__ import annotations
 
 from rewardloop.models import loading as models
+from rewardloop.models.families import get_family
 
 from rewardloop import prompts
 from rewardloop.artifacts import provenance, write_table
@@ -27,7 +28,7 @@ def run(cfg, iteration, lora_dir, eval_path, metrics_path, threads=1, progress=T
     seeds = [[sample_seed(s, EVAL_STREAM, i, 0) for s in cfg["eval"]["seeds"]] for i in range(len(table))]
     settings = sampler_settings(cfg["generate"], steps=cfg["eval"]["steps"], eta=0.0)
     with timed(metrics, "perf/eval_time"):
-        rows, _, _ = rollout(pipe, table, seeds, settings, cfg["generate"]["batch_size"],
+        rows, _, _ = rollout(pipe, get_family(cfg["model"]["family"]), table, seeds, settings, cfg["generate"]["batch_size"],
                              id_prefix="eval", progress=progress, desc="eval")
         images = decode_samples(rows, "eval")
         scores = score_frame(rows, cfg["rewards"], cfg["score"]["batch_size"], "eval", progress, images)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from rewardloop.models import loading as models
+from rewardloop.models.families import get_family
 
 from rewardloop import prompts
 from rewardloop.artifacts import provenance, write_table, write_tensors
@@ -55,7 +56,7 @@ def run(cfg, iteration: int, lora_dir, samples_path, latents_path, metrics_path,
                                 key="generate.shards")
     with timed(metrics, "perf/rollout_time"):
         sde = sde_selection(gen, seeds, cfg["seed"], iteration) if record_sde else None
-        rows, latents, tensors = rollout(pipe, table, seeds, sampler_settings(gen), gen["batch_size"],
+        rows, latents, tensors = rollout(pipe, get_family(cfg["model"]["family"]), table, seeds, sampler_settings(gen), gen["batch_size"],
                                          id_prefix=f"i{iteration:03d}", progress=progress, rows_slice=rows_slice,
                                          sde=sde)
     rows.insert(4, "iteration", iteration)
