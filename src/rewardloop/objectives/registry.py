@@ -141,13 +141,14 @@ class Objective:
         return True
 
     def summarize(self, history: list[dict], resumed_from: int) -> dict:
-        """Means over the run and over its last quarter of :attr:`curves`, for metrics.json."""
+        """Means of :attr:`curves` over the run and over its first and last quarters, for metrics.json."""
         summary = {"resumed_from_step": resumed_from, "steps": len(history)}
         if history:
             quarter = max(1, math.ceil(len(history) / 4))
             for key in self.curves:
                 if key in history[0]:
-                    summary[key] = float(np.mean([h[key] for h in history]))
+                    # Not the bare curve name: tracking logs these beside the curve, which owns its steps.
+                    summary[f"{key}/mean"] = float(np.mean([h[key] for h in history]))
                     summary[f"{key}/first_quarter"] = float(np.mean([h[key] for h in history[:quarter]]))
                     summary[f"{key}/last_quarter"] = float(np.mean([h[key] for h in history[-quarter:]]))
         return summary
