@@ -103,6 +103,12 @@ def rollout_lora_input(wildcards):
     return [f"{rollout_lora_dir(wildcards)}/{LORA_WEIGHTS}"]
 
 
+def previous_extra_adapters_input(wildcards):
+    """model(it-1)'s weight sets beside its LoRA (NFT's old policy), which training continues."""
+    it = int(wildcards.it)
+    return list(extra_adapter_files(checkpoint_dir(it - 1)).values()) if it > 0 else []
+
+
 def extra_adapter_files(folder):
     """{name: LoRA file} of the weight sets the objective keeps beside the LoRA in ``folder``."""
     return {name: f"{folder}/{name}/{LORA_WEIGHTS}" for name in EXTRA_ADAPTERS}

@@ -7,6 +7,7 @@ rule train:
     input:
         model=base_model_input,
         lora=previous_lora_input,
+        extra=previous_extra_adapters_input,
         signal=train_signal_input,
         latents=f"{RESULTS}/iter_{{it}}/latents.safetensors",
         offline=offline_pairs_input,
