@@ -140,11 +140,12 @@ class NFT(Objective):
         per_epoch = -(-len(data) // self.train.batch_size)
         timesteps = self.trained_timesteps(data)
         per_update = self.train.gradient_accumulation_steps
+        orders = [self._grid_order(len(data), len(data.grid), epoch) for epoch in range(self.options.inner_epochs)]
         updates = []
         for u in range(0, len(batches), per_update):
             micros = []
             for b, index in enumerate(batches[u: u + per_update], start=u):
-                order = self._grid_order(len(data), len(data.grid), b // per_epoch)
+                order = orders[b // per_epoch]
                 for j in range(timesteps):
                     noise_seed = int(np.random.SeedSequence([self.seed, self.iteration + 1, 11, b, j]).generate_state(1)[0])
                     micros.append((index, order[index, j], noise_seed))
