@@ -30,7 +30,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from rewardloop.models.families import Family
 from rewardloop.objectives.grpo import epoch_batches, load_advantages
 from rewardloop.objectives.options import option
 from rewardloop.objectives.registry import Objective, TrainingInputs, objective
@@ -118,7 +117,6 @@ class NFT(Objective):
     moved_keys = {"nft_beta": "beta", "inner_epochs": "inner_epochs"}
 
     def load(self, inputs: TrainingInputs, model) -> NFTData:
-        self.family: Family = model.family
         self.num_train_timesteps = model.scheduler_config["num_train_timesteps"]
         table = load_advantages(inputs)
         get = inputs.tensor
