@@ -156,3 +156,26 @@ def test_a_diverging_run_stops_naming_iteration_and_step_and_keeps_the_last_good
     assert "last good state" in str(error.value)
     saved = load_file(state)
     assert all(torch.isfinite(t).all() for t in saved.values())  # the state on disk is never a broken one
+
+
+@pytest.mark.parametrize("adapter", ["lora", "none"])
+def test_reference_previous_is_model_it_minus_1_from_iteration_1(run_cfg, pair_files, tmp_path, adapter):
+    """train.dpo.reference: previous at iteration 1 compares against model(0), so the policy (model(0)
+    before its first update) starts at exactly log 2; reference: base starts elsewhere (model(0) vs base)."""
+    files = (pair_files / "pairs.parquet", pair_files / "latents.safetensors")
+    cfg = copy.deepcopy(run_cfg)
+    cfg["train"].update({"steps": 6, "adapter": adapter, "dpo": {"beta": 2000, "reference": "previous"}})
+    train.run(cfg, 0, *files, None, tmp_path / "trained0", tmp_path / "state0", tmp_path / "m0.json", progress=False)
+    model0 = tmp_path / "trained0"
+    if adapter == "none":  # model(0) is the exported pipeline with the trained UNet
+        from rewardloop.models.full_model import export_pipeline
+
+        model0 = tmp_path / "checkpoint0"
+        export_pipeline(cfg["model"], None, tmp_path / "trained0", model0)
+    start = {}
+    for reference in ("previous", "base"):
+        cfg["train"]["dpo"]["reference"] = reference
+        job = train.prepare(cfg, 1, *files, model0)
+        start[reference] = job.objective.evaluate(job.trainer.policy, job.data)["train/loss"]
+    assert start["previous"] == pytest.approx(math.log(2), abs=1e-5)  # (the reference has the LoRA fused)
+    assert abs(start["base"] - math.log(2)) > 1e-3, start

@@ -1,0 +1,173 @@
+"""Behavioural checks of the objectives in seconds: tiny random-init denoisers built in memory,
+synthetic training signals whose right direction is known, and held-out measures.
+
+The measures (denoising error, flow-matching error, the log-likelihood of a transition) are written
+here from the papers' formulas, not with the project's helpers, so a bug in those helpers cannot
+hide in the measure. What is trained goes through the real path: the objective's ``load`` on
+:class:`TrainingInputs` (the tables and tensors the train stage reads), its ``plan`` and ``loss``,
+and the :class:`Trainer` with a real peft LoRA and optimizer.
+
+Two "styles" of latents stand for good and bad images: a fixed pattern per style plus per-sample
+noise, so held-out samples of a style are new instances the model never trained on.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import torch
+
+from rewardloop.config import load
+from rewardloop.models.families import EMPTY_PROMPT, get_family
+from rewardloop.objectives import get_objective
+from rewardloop.objectives.registry import ModelInfo, TrainingInputs
+from rewardloop.training.trainer import Trainer
+
+from workflow_helpers import ROOT
+
+PROMPT_TOKENS = 16
+
+
+# --- tiny denoisers ---------------------------------------------------------------------------
+
+def tiny_unet(seed: int = 0):
+    from diffusers import UNet2DConditionModel
+
+    from rewardloop.models.tiny_sd15 import UNET_CONFIG
+
+    torch.manual_seed(seed)
+    return UNet2DConditionModel(**UNET_CONFIG).eval()
+
+
+def tiny_transformer(seed: int = 0):
+    from diffusers import SD3Transformer2DModel
+
+    from rewardloop.models.tiny_sd3 import TRANSFORMER_CONFIG
+
+    torch.manual_seed(seed)
+    return SD3Transformer2DModel(**TRANSFORMER_CONFIG).eval()
+
+
+def sd15_scheduler_config() -> dict:
+    from rewardloop.models.tiny_sd15 import SD15_SCHEDULER
+
+    return dict(SD15_SCHEDULER)
+
+
+def alphas_cumprod() -> torch.Tensor:
+    """SD1.5's scaled-linear schedule, from its definition (Rombach et al.; float64)."""
+    cfg = sd15_scheduler_config()
+    betas = torch.linspace(cfg["beta_start"] ** 0.5, cfg["beta_end"] ** 0.5, cfg["num_train_timesteps"],
+                           dtype=torch.float64) ** 2
+    return torch.cumprod(1 - betas, dim=0)
+
+
+# --- synthetic data ---------------------------------------------------------------------------
+
+def style_latents(style: int, count: int, shape, seed: int) -> torch.Tensor:
+    """``count`` latents of a style: the style's fixed pattern plus per-sample noise (seed)."""
+    pattern = torch.randn(shape, generator=torch.Generator().manual_seed(1000 + style))
+    jitter = torch.randn((count, *shape), generator=torch.Generator().manual_seed(seed))
+    return pattern + 0.1 * jitter
+
+
+def prompt_embeds(count: int, width: int, seed: int) -> torch.Tensor:
+    return torch.randn((count, PROMPT_TOKENS, width), generator=torch.Generator().manual_seed(seed))
+
+
+def config(base: str, overrides: dict | None = None, **train) -> dict:
+    """A validated config (``base`` under the repository root) with ``train`` and other overrides."""
+    return load(ROOT / base, {**(overrides or {}), "train": {"checkpointing_steps": 1000, **train}})
+
+
+def train(cfg: dict, denoiser, inputs: TrainingInputs, model_info: ModelInfo, state_dir, seed: int = 0):
+    """One iteration of ``cfg``'s objective on ``inputs``: the real objective and Trainer; the trained model."""
+    objective = get_objective(cfg["train"]["loss"]).from_config({**cfg, "seed": seed}, 0)
+    trainer = Trainer(objective.train, denoiser, seed, 0)
+    data = objective.load(inputs, model_info)
+    history, _ = trainer.run(objective, data, state_dir, "test", progress=False)
+    assert history and all(math.isfinite(h["train/loss"]) for h in history)
+    return trainer.model
+
+
+# --- pairs (dpo, sft) on SD1.5 ----------------------------------------------------------------
+
+def pair_inputs(chosen: torch.Tensor, rejected: torch.Tensor, embeds: torch.Tensor) -> TrainingInputs:
+    """pairs.parquet rows and latents.safetensors tensors of pairs (prompt i: chosen[i] over rejected[i])."""
+    rows, tensors = [], {}
+    for i in range(len(chosen)):
+        rows.append({"prompt_id": f"p{i}", "chosen": f"c{i}", "rejected": f"r{i}"})
+        tensors[f"latents/c{i}"], tensors[f"latents/r{i}"] = chosen[i], rejected[i]
+        tensors[f"prompt_embeds/p{i}"] = embeds[i]
+    return TrainingInputs(pd.DataFrame(rows), tensors, "pairs.parquet", "latents.safetensors")
+
+
+@torch.no_grad()
+def denoising_errors(unet, latents, embeds, seed: int = 7) -> torch.Tensor:
+    """Per-sample ε-prediction MSE (DDPM, Ho et al. eq. 14) at fixed noise and spread timesteps."""
+    gen = torch.Generator().manual_seed(seed)
+    a = alphas_cumprod()
+    errors = []
+    for t in (100, 300, 500, 700, 900):
+        noise = torch.randn(latents.shape, generator=gen)
+        noisy = (a[t].sqrt() * latents + (1 - a[t]).sqrt() * noise).float()
+        pred = unet(noisy, torch.full((len(latents),), t), encoder_hidden_states=embeds).sample
+        errors.append(((pred - noise) ** 2).mean(dim=(1, 2, 3)))
+    return torch.stack(errors).mean(0)
+
+
+def sd15_model_info() -> ModelInfo:
+    return ModelInfo(get_family("sd15"), sd15_scheduler_config(), 8)
+
+
+# --- advantages (grpo, nft) on SD3 and SD1.5 ---------------------------------------------------
+
+def advantage_table(advantages) -> pd.DataFrame:
+    """advantages.parquet rows: sample s{i} of prompt p{i // 2} with advantage ``advantages[i]``."""
+    return pd.DataFrame({"sample_id": [f"s{i}" for i in range(len(advantages))],
+                         "prompt_id": [f"p{i // 2}" for i in range(len(advantages))],
+                         "advantage": [float(a) for a in advantages]})
+
+
+def conditioning_tensors(table: pd.DataFrame, width: int, pooled_width: int | None, seed: int) -> dict:
+    """prompt_embeds (and pooled_embeds) per prompt, and the empty prompt's, as generate caches them."""
+    prompts = list(dict.fromkeys(table.prompt_id))
+    embeds = prompt_embeds(len(prompts) + 1, width, seed)
+    tensors = {f"prompt_embeds/{p}": embeds[i] for i, p in enumerate(prompts)}
+    tensors[f"{EMPTY_PROMPT}/prompt_embeds"] = embeds[-1]
+    if pooled_width:
+        pooled = torch.randn((len(prompts) + 1, pooled_width), generator=torch.Generator().manual_seed(seed + 1))
+        tensors.update({f"pooled_embeds/{p}": pooled[i] for i, p in enumerate(prompts)})
+        tensors[f"{EMPTY_PROMPT}/pooled_embeds"] = pooled[-1]
+    return tensors
+
+
+def flow_velocity(transformer, x, sigma, embeds, pooled) -> torch.Tensor:
+    """The SD3 transformer's velocity (timestep = 1000 sigma, as the SD3 pipeline feeds it)."""
+    t = torch.as_tensor(sigma, dtype=torch.float32).reshape(-1).expand(len(x)) * 1000
+    return transformer(x, encoder_hidden_states=embeds, pooled_projections=pooled, timestep=t).sample.double()
+
+
+def flow_sde_mean(v, x, sigma, sigma_next, std) -> torch.Tensor:
+    """Flow-GRPO's SDE step mean (Liu et al. 2025, eq. 9 discretised; flow_grpo sde_step_with_logprob), float64."""
+    x, dt = x.double(), sigma_next - sigma
+    return x + (v + std**2 / (2 * sigma) * (x + (1 - sigma) * v)) * dt
+
+
+def ddim_mean_reference(eps, x, a_t, a_prev, std) -> torch.Tensor:
+    """DDIM's x_{t-1} mean (Song et al. 2021, eq. 12), float64."""
+    x, eps = x.double(), eps.double()
+    x0 = (x - math.sqrt(1 - a_t) * eps) / math.sqrt(a_t)
+    return math.sqrt(a_prev) * x0 + math.sqrt(1 - a_prev - std**2) * eps
+
+
+def ddim_std_reference(a_t: float, a_prev: float, eta: float) -> float:
+    """DDIM's sigma_t(eta) (Song et al. 2021, eq. 16)."""
+    return eta * math.sqrt((1 - a_prev) / (1 - a_t)) * math.sqrt(1 - a_t / a_prev)
+
+
+def gaussian_log_likelihood(x, mean, scale) -> torch.Tensor:
+    """log N(x; mean, scale^2 I), averaged over the latent dimensions (flow_grpo's convention), float64."""
+    x, mean = x.double(), mean.double()
+    return (-((x - mean) ** 2) / (2 * scale**2) - math.log(scale) - 0.5 * math.log(2 * math.pi)).mean(dim=(1, 2, 3))
