@@ -42,3 +42,14 @@ def tiny_sd3_model(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("models") / "tiny-sd3"
     build_tiny_sd3(out, seed=0, vae_steps=30, unet_steps=40, progress=False)
     return out
+
+
+MODEL_FIXTURES = {"tiny_model", "tiny_sdxl_model", "tiny_sd3_model"}
+
+
+def pytest_collection_modifyitems(items):
+    """Mark the tests that need a built tiny model (``-m "not model"``: the seconds-fast tests that
+    the mutation run uses, see docs/development.md)."""
+    for item in items:
+        if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.model)

@@ -81,14 +81,20 @@ def config(base: str, overrides: dict | None = None, **train) -> dict:
     return load(ROOT / base, {**(overrides or {}), "train": {"checkpointing_steps": 1000, **train}})
 
 
-def train(cfg: dict, denoiser, inputs: TrainingInputs, model_info: ModelInfo, state_dir, seed: int = 0):
-    """One iteration of ``cfg``'s objective on ``inputs``: the real objective and Trainer; the trained model."""
+def trained(cfg: dict, denoiser, inputs: TrainingInputs, model_info: ModelInfo, state_dir, seed: int = 0):
+    """One iteration of ``cfg``'s objective on ``inputs`` with the real objective and Trainer:
+    (objective, trainer, its data, the per-update history)."""
     objective = get_objective(cfg["train"]["loss"]).from_config({**cfg, "seed": seed}, 0)
     trainer = Trainer(objective.train, denoiser, seed, 0)
     data = objective.load(inputs, model_info)
     history, _ = trainer.run(objective, data, state_dir, "test", progress=False)
     assert history and all(math.isfinite(h["train/loss"]) for h in history)
-    return trainer.model
+    return objective, trainer, data, history
+
+
+def train(cfg: dict, denoiser, inputs: TrainingInputs, model_info: ModelInfo, state_dir, seed: int = 0):
+    """The model (with its LoRA) after one iteration of ``cfg``'s objective on ``inputs``."""
+    return trained(cfg, denoiser, inputs, model_info, state_dir, seed)[1].model
 
 
 # --- pairs (dpo, sft) on SD1.5 ----------------------------------------------------------------
@@ -171,3 +177,43 @@ def gaussian_log_likelihood(x, mean, scale) -> torch.Tensor:
     """log N(x; mean, scale^2 I), averaged over the latent dimensions (flow_grpo's convention), float64."""
     x, mean = x.double(), mean.double()
     return (-((x - mean) ** 2) / (2 * scale**2) - math.log(scale) - 0.5 * math.log(2 * math.pi)).mean(dim=(1, 2, 3))
+
+
+# --- tiny pipelines (random init, in memory) ---------------------------------------------------
+
+def tiny_sd15_pipeline(folder):
+    """A random-init tiny SD1.5 pipeline (the tokenizer written to ``folder``): real diffusers classes."""
+    from diffusers import AutoencoderKL, DDIMScheduler, StableDiffusionPipeline
+    from transformers import CLIPTextConfig, CLIPTextModel
+
+    from rewardloop.models import tokenizer as tok
+    from rewardloop.models.tiny_sd15 import SD15_SCHEDULER, TEXT_CONFIG, VAE_CONFIG
+
+    tokenizer = tok.build_tokenizer(folder / "tokenizer")
+    torch.manual_seed(0)
+    text_encoder = CLIPTextModel(CLIPTextConfig(vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id,
+                                                eos_token_id=tokenizer.eos_token_id,
+                                                pad_token_id=tokenizer.pad_token_id, **TEXT_CONFIG))
+    return StableDiffusionPipeline(vae=AutoencoderKL(**VAE_CONFIG), text_encoder=text_encoder.eval(),
+                                   tokenizer=tokenizer, unet=tiny_unet(), scheduler=DDIMScheduler(**SD15_SCHEDULER),
+                                   safety_checker=None, feature_extractor=None, requires_safety_checker=False)
+
+
+def tiny_sd3_pipeline(folder):
+    """A random-init tiny SD3 pipeline (two CLIP encoders, no T5; tokenizers written to ``folder``)."""
+    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, StableDiffusion3Pipeline
+    from transformers import CLIPTextConfig, CLIPTextModelWithProjection
+
+    from rewardloop.models import tokenizer as tok
+    from rewardloop.models.tiny_sd3 import SCHEDULER, SD3_TEXT_CONFIG, SD3_VAE_CONFIG
+
+    tokenizers = [tok.build_tokenizer(folder / name) for name in ("tokenizer", "tokenizer_2")]
+    torch.manual_seed(0)
+    config = CLIPTextConfig(vocab_size=len(tokenizers[0]), bos_token_id=tokenizers[0].bos_token_id,
+                            eos_token_id=tokenizers[0].eos_token_id, pad_token_id=tokenizers[0].pad_token_id,
+                            **SD3_TEXT_CONFIG)
+    encoders = [CLIPTextModelWithProjection(config).eval() for _ in range(2)]
+    return StableDiffusion3Pipeline(
+        transformer=tiny_transformer(), scheduler=FlowMatchEulerDiscreteScheduler(**SCHEDULER),
+        vae=AutoencoderKL(**SD3_VAE_CONFIG), text_encoder=encoders[0], tokenizer=tokenizers[0],
+        text_encoder_2=encoders[1], tokenizer_2=tokenizers[1], text_encoder_3=None, tokenizer_3=None)

@@ -5,7 +5,11 @@
 # sockets all live there; /etc is not touched), waits until the node is idle, runs
 # tests/test_slurm.py against it, and stops every daemon it started by its PID, pass or fail.
 # No accounting database: the executor plugin is told to poll `squeue`, which sees finished jobs
-# for MinJobAge (1 h here). Needs root (Debian 12); installs slurm-wlm and munge when missing.
+# for MinJobAge (1 h here). The node declares 4 GPUs (a GRES without device files), 64 CPUs and 256 GB
+# (SlurmdParameters=config_overrides: what slurm.conf says, not what slurmd detects), so that the
+# profile's per-rule requests (4 GPUs x 8 CPUs and 128 GB for train, ...) are submitted and granted as
+# they are; nothing is enforced (task/none, no cgroups) and the jobs run on the CPU (device: cpu).
+# Needs root (Debian 12); installs slurm-wlm and munge when missing.
 # Usage: bash tests/slurm_ci.sh   (VENV=... picks the virtualenv, default .venv; exit status is pytest's)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -53,8 +57,13 @@ runuser -u munge -- munged --socket="$DIR/munge/munge.socket" --key-file="$DIR/m
 PIDS+=("$(cat "$DIR/munge-key/munged.pid")")
 
 HOST="$(hostname -s)"
-NODE="$(slurmd -C | head -n 1)"   # NodeName=<host> CPUs=.. RealMemory=.. as slurmd detects them
 mkdir -p "$DIR/state" "$DIR/spool"
+# Read from the folder of slurm.conf; Count without File: Slurm counts and allocates the GPUs and
+# binds no device.
+cat >"$DIR/gres.conf" <<EOF
+AutoDetect=off
+NodeName=$HOST Name=gpu Count=4
+EOF
 cat >"$DIR/slurm.conf" <<EOF
 ClusterName=rewardloop-ci
 SlurmctldHost=$HOST(127.0.0.1)
@@ -75,13 +84,15 @@ TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 JobAcctGatherType=jobacct_gather/none
+GresTypes=gpu
+SlurmdParameters=config_overrides
 AccountingStorageType=accounting_storage/none
 # squeue keeps finished jobs for an hour: the executor plugin polls it, and the test reads it.
 MinJobAge=3600
 ReturnToService=2
 MpiDefault=none
 SchedulerType=sched/backfill
-$NODE NodeAddr=127.0.0.1 State=UNKNOWN
+NodeName=$HOST CPUs=64 Boards=1 SocketsPerBoard=1 CoresPerSocket=64 ThreadsPerCore=1 RealMemory=262144 Gres=gpu:4 NodeAddr=127.0.0.1 State=UNKNOWN
 PartitionName=ci Nodes=$HOST Default=YES MaxTime=INFINITE State=UP
 EOF
 export SLURM_CONF="$DIR/slurm.conf"
@@ -105,4 +116,4 @@ done
 echo "slurm cluster up in $(( $(date +%s) - start )) s: $SLURM_CONF"
 
 cd "$ROOT"
-REWARDLOOP_SLURM=1 PATH="$VENV/bin:$PATH" "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/test_slurm.py
+REWARDLOOP_SLURM=1 PATH="$VENV/bin:$PATH" "$VENV/bin/python" -m pytest -q -p no:cacheprovider --durations=3 tests/test_slurm.py

@@ -81,9 +81,14 @@ class FlowStep:
     def conditioning(self, table, seed):
         return conditioning_tensors(table, 64, 64, seed)
 
-    def mean(self, model, x, embeds, pooled):
+    def mean(self, model, x, embeds, pooled, uncond=None, guidance: float = 1.0):
+        """The step's mean under ``model``; with ``uncond`` (embeds, pooled) classifier-free guided."""
         with torch.no_grad():
             v = flow_velocity(model, x, self.sigma, embeds, pooled)
+            if uncond is not None:
+                n = len(x)
+                v_uncond = flow_velocity(model, x, self.sigma, uncond[0].expand(n, -1, -1), uncond[1].expand(n, -1))
+                v = v_uncond + guidance * (v - v_uncond)
         return flow_sde_mean(v, x, self.sigma, self.sigma_next, self.std)
 
     def params(self):
@@ -115,9 +120,13 @@ class DDIMStep(FlowStep):
     def conditioning(self, table, seed):
         return conditioning_tensors(table, 64, None, seed)
 
-    def mean(self, model, x, embeds, pooled):
+    def mean(self, model, x, embeds, pooled, uncond=None, guidance: float = 1.0):
+        t = torch.full((len(x),), self.t)
         with torch.no_grad():
-            eps = model(x, torch.full((len(x),), self.t), encoder_hidden_states=embeds).sample
+            eps = model(x, t, encoder_hidden_states=embeds).sample.double()
+            if uncond is not None:
+                e_uncond = model(x, t, encoder_hidden_states=uncond[0].expand(len(x), -1, -1)).sample.double()
+                eps = e_uncond + guidance * (eps - e_uncond)
         return ddim_mean_reference(eps, x, self.a_t, self.a_prev, self.std)
 
     def params(self):

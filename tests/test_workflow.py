@@ -1,9 +1,15 @@
-"""The real snakemake workflow on the tiny model: artifacts, no-op rerun, extension, resume."""
+"""The real snakemake workflow on the tiny model: artifacts, no-op rerun, extension, resume, and what a
+config change reruns.
+
+Every test is independent of the others (any order, any subset): the module's finished run stays as it
+is (checked after each test), and a test that changes a run works on its own copy of it.
+"""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pandas as pd
@@ -14,7 +20,8 @@ import yaml
 from rewardloop.artifacts import IMAGE_TYPE, read_provenance
 
 from model_helpers import outputs_before_and_after_lora
-from workflow_helpers import SNAKEMAKE, snakemake, tiny_overlay, write_overlay
+from workflow_helpers import (SNAKEMAKE, copy_run, file_digests, planned_jobs, snakemake, tiny_overlay,
+                              write_overlay)
 
 pytestmark = pytest.mark.workflow
 
@@ -27,10 +34,33 @@ def jobs_run(result: subprocess.CompletedProcess) -> list[str]:
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory, tiny_model, repo_root):
+    """A finished 2-iteration run; tests only read it (see ``module_run_stays_as_it_was``).
+    Rollouts in 3 batches of 6 and scoring in 2 of 16, so that 2 shards of either are a valid config."""
     work = tmp_path_factory.mktemp("run")
-    write_overlay(work, tiny_overlay(tiny_model, tracking={"enabled": False}))  # MLflow: test_tracking.py
+    write_overlay(work, tiny_overlay(tiny_model, tracking={"enabled": False},  # MLflow: test_tracking.py
+                                     generate={"batch_size": 6}))
     snakemake(work)
     return work
+
+
+def run_files(workdir: Path) -> dict:
+    """sha256 and mtime of the run's config and of every file under results/ (not .snakemake/, where
+    even a dry run writes a cache)."""
+    return file_digests(workdir, skip=(".snakemake",))
+
+
+@pytest.fixture(autouse=True)
+def module_run_stays_as_it_was(request):
+    """After each test that uses the module's run: not one of its files changed or appeared."""
+    if "workdir" not in request.fixturenames:
+        yield
+        return
+    workdir = request.getfixturevalue("workdir")
+    before = run_files(workdir)
+    yield
+    after = run_files(workdir)
+    assert after == before, f"{request.node.name} changed the module's run: " + str(
+        sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k)))
 
 
 def table(workdir: Path, rel: str) -> pd.DataFrame:
@@ -68,30 +98,52 @@ def test_exported_lora_loads_into_plain_diffusers(workdir, tiny_model):
     assert after.shape == before.shape and abs(after - before).max() > 0
 
 
-def test_rerun_does_nothing(workdir, repo_root):
-    result = snakemake(workdir)
+def test_rerun_does_nothing(workdir, tmp_path):
+    run = copy_run(workdir, tmp_path / "run")
+    before = run_files(run)
+    result = snakemake(run)
     assert jobs_run(result) == [], result.stderr[-2000:]
+    assert run_files(run) == before  # not a file rewritten, nor touched
 
 
-def test_extend_iterations_runs_only_new_jobs(workdir, repo_root):
-    old = workdir / "results/iter_001/checkpoint/pytorch_lora_weights.safetensors"
-    mtime = old.stat().st_mtime_ns
-    result = snakemake(workdir, "--config", "iterations=3")
+def changed_files(before: dict, after: dict) -> set[str]:
+    """Files that changed, appeared or went; not the run lock (a run writes its pid there)."""
+    return {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)} - {".rewardloop.lock"}
+
+
+def test_extend_iterations_runs_only_new_jobs(workdir, tmp_path):
+    run = copy_run(workdir, tmp_path / "run")
+    before = file_digests(run / "results")
+    result = snakemake(run, "--config", "iterations=3")
     ran = jobs_run(result)
     assert sorted(set(ran)) == ["all", "eval", "export", "generate", "grids", "pairs", "plot_curves",
                                 "report_config", "score", "train"]
-    assert ran.count("train") == 1 and old.stat().st_mtime_ns == mtime
-    assert (workdir / "results/iter_002/eval.parquet").is_file()
+    assert ran.count("train") == 1
+    assert (run / "results/iter_002/eval.parquet").is_file()
+    # Every file of the base model's and of iterations 0-1's jobs is as it was (sha256 and mtime); only
+    # the report (curves and config of every iteration) is redone, with its log and benchmark.
+    changed = changed_files(before, file_digests(run / "results"))
+    assert {k for k in changed if not k.startswith(("iter_002/", "logs/iter_002/", "benchmarks/iter_002/"))} == {
+        "report/curves.png", "report/config.yaml", "logs/report/plot_curves.log", "logs/report/config.log",
+        "benchmarks/report/plot_curves.tsv", "benchmarks/report/config.tsv", "logs/warm_worker.log"}
 
 
-def test_deleted_train_output_is_redone_and_nothing_else(workdir, repo_root):
-    lora = workdir / "results/iter_002/train/pytorch_lora_weights.safetensors"
-    samples = workdir / "results/iter_002/samples.parquet"
-    samples_mtime = samples.stat().st_mtime_ns
+def test_deleted_train_output_is_redone_and_nothing_else(workdir, tmp_path):
+    run = copy_run(workdir, tmp_path / "run")
+    lora = run / "results/iter_001/train/pytorch_lora_weights.safetensors"
     lora.unlink()
-    result = snakemake(workdir, "--config", "iterations=3")
+    before = file_digests(run / "results")
+    result = snakemake(run)
     assert sorted(jobs_run(result)) == ["all", "eval", "export", "grids", "plot_curves", "train"]
-    assert samples.stat().st_mtime_ns == samples_mtime and lora.is_file()
+    assert lora.is_file()
+    changed = changed_files(before, file_digests(run / "results"))
+    # Iteration 1's rollouts, scores and pairs, and everything of iteration 0 and the base model, are
+    # untouched (sha256 and mtime).
+    untouched = [k for k in before if k.startswith(("iter_000/", "base/")) or k in (
+        "iter_001/samples.parquet", "iter_001/latents.safetensors", "iter_001/scores.parquet",
+        "iter_001/pairs.parquet")]
+    assert len(untouched) > 10 and not changed & set(untouched), sorted(changed)
+    assert "iter_001/train/pytorch_lora_weights.safetensors" in changed
 
 
 def test_inspect_summarises_artifacts(workdir):
@@ -125,3 +177,62 @@ def test_bad_config_stops_before_any_job(tmp_path, tiny_model, repo_root, bad, m
     assert result.returncode != 0
     assert message in result.stderr + result.stdout
     assert not (tmp_path / "results").exists()
+
+
+# What a change reruns (README, docs/configuration.md): a dry run (-n) on the module's finished run with
+# a config overlay, and the exact jobs Snakemake would run.
+
+def dry_run(workdir: Path, tmp_path: Path, overlay: dict) -> Counter:
+    """{(rule, wildcards): count} of the jobs ``snakemake -n`` plans with ``overlay`` over test.yaml.
+    A dry run that fails (a config refused, say) raises RuntimeError, never the AssertionError that
+    an xfail below expects."""
+    path = tmp_path / "change.yaml"
+    path.write_text(yaml.safe_dump(overlay))
+    try:
+        result = snakemake(workdir, "-n", overlays=(path,))
+    except AssertionError as failed:
+        raise RuntimeError(str(failed)) from None
+    return planned_jobs(result)
+
+
+def jobs(rules: tuple[str, ...], *its: int) -> Counter:
+    return Counter({(rule, f"it={it:03d}"): 1 for rule in rules for it in its})
+
+
+REPORT = Counter({("plot_curves", ""): 1, ("report_config", ""): 1, ("all", ""): 1})
+ITERATION = ("generate", "score", "pairs", "train", "export", "eval", "grids")
+
+
+def test_a_dry_run_of_the_finished_run_plans_nothing(workdir, tmp_path):
+    assert dry_run(workdir, tmp_path, {}) == Counter()
+
+
+def test_changing_dpo_beta_reruns_training_and_what_follows_but_not_the_first_rollouts(workdir, tmp_path):
+    planned = dry_run(workdir, tmp_path, {"train": {"dpo": {"beta": 1000}}})
+    # Iteration 0: train and what depends on it; iteration 1: everything (it samples from model(0)).
+    expected = jobs(("train", "export", "eval", "grids"), 0) + jobs(ITERATION, 1) + REPORT
+    assert planned == expected
+    assert ("generate", "it=000") not in planned and ("eval_base", "") not in planned
+
+
+def test_raising_iterations_touches_no_finished_job_of_an_iteration(workdir, tmp_path):
+    """Only the new iteration's jobs, and the report's curves and config, which cover every iteration."""
+    planned = dry_run(workdir, tmp_path, {"iterations": 3})
+    assert planned == jobs(ITERATION, 2) + REPORT
+
+
+SHARDS_RERUN = (
+    "false today: with shards > 1, rules/generate.smk and rules/score.smk make samples.parquet/scores.parquet "
+    "with another rule (a local gather job, scripts/gather_*.py, over generate_shard/score_shard jobs) than the "
+    "finished unsharded job: Snakemake sees its code, params and set of inputs changed and the shard files "
+    "missing, so it plans the shard jobs, the gather and every job downstream (with generate.shards, every "
+    "job of both iterations); and report_config's params are the whole config, shard counts included")
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=SHARDS_RERUN)
+@pytest.mark.parametrize("change", [{"generate": {"shards": 2}}, {"score": {"shards": 2}},
+                                    {"generate": {"shards": 3}, "score": {"shards": 2}}],
+                         ids=["generate", "score", "both"])
+def test_changing_shard_counts_reruns_nothing(workdir, tmp_path, change):
+    planned = dry_run(workdir, tmp_path, change)
+    assert planned == Counter(), sorted(planned.items())

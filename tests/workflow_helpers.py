@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
+import shutil
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import yaml
@@ -36,10 +39,12 @@ def write_overlay(workdir: Path, overlay: dict) -> Path:
     return path
 
 
-def snakemake(workdir: Path, *args: str, env: dict | None = None, cores: int = 2) -> subprocess.CompletedProcess:
-    """Run the workflow in ``workdir`` on its test.yaml; on failure, raise with stderr and job logs."""
+def snakemake(workdir: Path, *args: str, env: dict | None = None, cores: int = 2,
+              overlays: tuple[Path, ...] = ()) -> subprocess.CompletedProcess:
+    """Run the workflow in ``workdir`` on its test.yaml (then ``overlays``, later files winning);
+    on failure, raise with stderr and job logs."""
     cmd = [SNAKEMAKE, "-s", str(ROOT / "Snakefile"), "--directory", str(workdir),
-           "--configfile", str(Path(workdir) / "test.yaml"), "--cores", str(cores), *args]
+           "--configfile", str(Path(workdir) / "test.yaml"), *map(str, overlays), "--cores", str(cores), *args]
     result = subprocess.run(cmd, capture_output=True, text=True,
                             env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})})
     if result.returncode != 0:
@@ -58,3 +63,34 @@ def file_digests(folder: Path, skip: tuple[str, ...] = (), mtime: bool = True) -
             sha = hashlib.sha256(path.read_bytes()).hexdigest()
             digests[rel] = (sha, path.stat().st_mtime_ns) if mtime else sha
     return digests
+
+
+def copy_run(workdir: Path, dest: Path) -> Path:
+    """A copy of a finished run (results/, Snakemake's metadata, test.yaml; mtimes kept), for a test
+    that changes it: the original stays as it was for the others."""
+    shutil.copytree(workdir, dest, symlinks=True)
+    return dest
+
+
+_RULE_LINE = re.compile(r"^(?:local)?rule (\w+):$")
+_TOTAL_LINE = re.compile(r"^total\s+(\d+)$")
+
+
+def planned_jobs(result: subprocess.CompletedProcess) -> Counter:
+    """The jobs a dry run (``snakemake -n``) would run: {(rule, wildcards): count}, wildcards as
+    Snakemake prints them ("it=001", "" for none), from its "rule X:" blocks; checked against the
+    total of its job summary table, so that a change in the output format fails loudly."""
+    jobs: list[list[str]] = []
+    total = 0
+    for line in result.stdout.splitlines():
+        if m := _RULE_LINE.match(line):
+            jobs.append([m.group(1), ""])
+        elif jobs and line.startswith("    wildcards: "):
+            jobs[-1][1] = line.split(":", 1)[1].strip()
+        elif m := _TOTAL_LINE.match(line.strip()):
+            total = int(m.group(1))
+    if not jobs and "Nothing to be done" not in result.stdout + result.stderr:
+        raise ValueError(f"no job and no 'Nothing to be done' in the dry run's output:\n{result.stdout[-3000:]}")
+    if len(jobs) != total:
+        raise ValueError(f"{len(jobs)} 'rule X:' blocks but a job summary total of {total}")
+    return Counter(map(tuple, jobs))

@@ -1,0 +1,146 @@
+"""How each objective assembles its updates and micro-batches (no model needed).
+
+These are the promises resume and multi-process training rest on: a micro-batch is a pure function
+of (seed, iteration, step, micro); P processes of batch b together draw what one process of batch
+P*b draws; every sample is visited once per inner epoch; the shares of empty prompts, flips and
+offline pairs are what the config says.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from objective_checks import config, sd15_model_info
+from rewardloop.objectives import get_objective
+from rewardloop.objectives.preference import PairData, concat_pairs
+from rewardloop.objectives.nft import NFTData
+
+
+def pair_objective(iteration: int = 0, seed: int = 0, **train):
+    cfg = config("config.yaml", **train)
+    objective = get_objective(cfg["train"]["loss"]).from_config({**cfg, "seed": seed}, iteration)
+    objective.use_model(sd15_model_info())
+    return objective
+
+
+def pairs(count: int, offline: int = 0, fraction: float = 0.0) -> PairData:
+    data = PairData(torch.randn(count, 4, 8, 8), torch.randn(count, 4, 8, 8), torch.randn(count, 16, 64))
+    if offline:
+        extra = PairData(torch.randn(offline, 4, 8, 8), torch.randn(offline, 4, 8, 8), torch.randn(offline, 16, 64))
+        data = concat_pairs(data, extra, fraction)
+    return data
+
+
+def same(a, b) -> bool:
+    return all(torch.equal(getattr(a, f), getattr(b, f)) for f in ("index", "noise", "timesteps", "empty_mask",
+                                                                     "flip_mask"))
+
+
+def test_a_pair_micro_batch_is_a_pure_function_of_seed_iteration_step_and_micro():
+    data = pairs(40)
+    first = pair_objective(batch_size=8).micro_batch(data, 3, 1)
+    assert same(first, pair_objective(batch_size=8).micro_batch(data, 3, 1))
+    for other in (pair_objective(batch_size=8).micro_batch(data, 4, 1),
+                  pair_objective(batch_size=8).micro_batch(data, 3, 0),
+                  pair_objective(iteration=1, batch_size=8).micro_batch(data, 3, 1),
+                  pair_objective(seed=1, batch_size=8).micro_batch(data, 3, 1)):
+        assert not torch.equal(first.noise, other.noise) and not torch.equal(first.index, other.index)
+    assert len(first.index) == 8 and len(set(first.index.tolist())) == 8  # without replacement
+    assert first.noise.shape == (8, 4, 8, 8) and ((0 <= first.timesteps) & (first.timesteps < 1000)).all()
+    small = pair_objective(batch_size=8).micro_batch(pairs(3), 0, 0)  # fewer pairs than the batch
+    assert len(small.index) == 8 and set(small.index.tolist()) <= {0, 1, 2}
+
+
+def test_processes_split_the_global_micro_batch():
+    """2 processes of batch b draw, together and in rank order, exactly one process's batch of 2b."""
+    data = pairs(40)
+    one = pair_objective(batch_size=8).micro_batch(data, 2, 1)
+    ranks = [pair_objective(batch_size=4).micro_batch(data, 2, 1, process_index=r, processes=2) for r in (0, 1)]
+    for field in ("index", "noise", "timesteps", "empty_mask", "flip_mask"):
+        assert torch.equal(torch.cat([getattr(r, field) for r in ranks]), getattr(one, field)), field
+
+
+def test_empty_prompt_and_flip_shares():
+    data = pairs(40)
+    plain = [pair_objective(batch_size=16).micro_batch(data, s, 0) for s in range(40)]
+    assert not any(b.empty_mask.any() or b.flip_mask.any() for b in plain)
+    augmented = [pair_objective(batch_size=16, hflip=True, proportion_empty_prompts=0.2).micro_batch(data, s, 0)
+                 for s in range(40)]
+    empty = torch.cat([b.empty_mask for b in augmented]).float().mean().item()
+    flips = torch.cat([b.flip_mask for b in augmented]).float().mean().item()
+    assert empty == pytest.approx(0.2, abs=0.05) and flips == pytest.approx(0.5, abs=0.06)
+    # The options do not change the pairs, noise or timesteps drawn.
+    assert all(torch.equal(a.noise, b.noise) and torch.equal(a.index, b.index) for a, b in zip(plain, augmented))
+
+
+@pytest.mark.parametrize("fraction", [0.25, 0.5])
+def test_offline_pairs_fill_their_share_of_each_micro_batch(fraction):
+    data = pairs(30, offline=10, fraction=fraction)
+    for step in range(5):
+        batch = pair_objective(batch_size=8).micro_batch(data, step, 0)
+        offline = batch.index >= 30
+        assert int(offline.sum()) == round(8 * fraction)
+        assert (batch.index < 40).all() and len(set(batch.index[offline].tolist())) == int(offline.sum())
+    only_offline = pairs(0, offline=10, fraction=fraction)
+    assert (pair_objective(batch_size=8).micro_batch(only_offline, 0, 0).index < 10).all()
+
+
+def test_pair_plan_is_steps_of_accumulated_micro_batches():
+    plan = pair_objective(steps=5, gradient_accumulation_steps=3).plan(pairs(10), 1)
+    assert plan == [[(s, m) for m in range(3)] for s in range(5)]
+
+
+def rollouts(count: int, recorded: int):
+    from rewardloop.objectives.grpo import RolloutData
+
+    x = torch.zeros(count, recorded, 1)
+    return RolloutData(family=None, latents=x, next_latents=x, log_probs=x, params={}, advantages=torch.zeros(count),
+                       embeds=x, pooled=None, uncond=(None, None), guidance_scale=1.0)
+
+
+def visits(plan) -> list[int]:
+    return sorted(i for update in plan for index, *_ in update for i in index.tolist())
+
+
+def test_grpo_plan_visits_every_sample_once_per_inner_epoch_and_every_recorded_step():
+    cfg = config("configs/tiny_sd3_grpo.yaml", loss="grpo", batch_size=3, gradient_accumulation_steps=2,
+                 grpo={"inner_epochs": 2})
+    objective = get_objective("grpo").from_config(cfg, 0)
+    plan = objective.plan(rollouts(10, 4), 1)
+    # 10 samples in batches of 3 -> 4 batches per epoch, 8 in all, 2 per update; each batch x 4 recorded steps.
+    assert len(plan) == 4 and all(len(update) == 2 * 4 for update in plan)
+    assert [k for _, k in plan[0]] == [0, 1, 2, 3] * 2
+    per_step = [i for update in plan for index, k in update if k == 0 for i in index.tolist()]
+    assert sorted(per_step) == sorted(list(range(10)) * 2)
+    first_epoch = [i for update in plan[:2] for index, k in update if k == 0 for i in index.tolist()]
+    assert sorted(first_epoch) == list(range(10))
+    again = get_objective("grpo").from_config(cfg, 0).plan(rollouts(10, 4), 1)
+    other = get_objective("grpo").from_config(cfg, 1).plan(rollouts(10, 4), 1)
+    assert all(torch.equal(a[0], b[0]) for a, b in zip(plan[0], again[0]))
+    assert not all(torch.equal(a[0], b[0]) for a, b in zip(plan[0], other[0]))
+
+
+def test_nft_plan_trains_each_sample_at_distinct_grid_points_with_fresh_noise():
+    cfg = config("configs/tiny_sd3_grpo.yaml", loss="nft", batch_size=4, gradient_accumulation_steps=2,
+                 nft={"timestep_fraction": 0.6, "inner_epochs": 2})
+    objective = get_objective("nft").from_config(cfg, 0)
+    grid = torch.tensor([1.0, 0.9, 0.75, 0.5, 0.3])
+    data = NFTData(torch.zeros(10, 1), torch.zeros(10), torch.zeros(10, 1), torch.zeros(10, 1), grid)
+    plan = objective.plan(data, 1)
+    per_sample = objective.trained_timesteps(data)
+    assert per_sample == 3  # int(5 * 0.6)
+    # 10 samples in batches of 4: 3 batches per epoch, 6 in all, 2 per update; each batch x 3 grid points.
+    assert len(plan) == 3 and all(len(update) == 2 * 3 for update in plan)
+    seen: dict[tuple[int, int], list[int]] = {}
+    batches = [update[i: i + 3] for update in plan for i in range(0, len(update), 3)]
+    for b, micros in enumerate(batches):
+        assert all(torch.equal(micros[0][0], m[0]) for m in micros)  # one batch, its grid points in turn
+        for index, grid_index, _ in micros:
+            for sample, g in zip(index.tolist(), grid_index.tolist()):
+                seen.setdefault((b // 3, sample), []).append(g)
+    assert sorted(sample for _, sample in seen) == sorted(list(range(10)) * 2)  # every sample once per epoch
+    assert all(len(points) == 3 == len(set(points)) and max(points) < 5 for points in seen.values())
+    assert any(seen[(0, s)] != seen[(1, s)] for s in range(10))  # a new permutation each inner epoch
+    seeds = [seed for update in plan for *_, seed in update]
+    assert len(set(seeds)) == len(seeds)  # fresh noise for every (batch, grid point)
