@@ -5,7 +5,7 @@
 # sockets all live there; /etc is not touched), waits until the node is idle, runs
 # tests/test_slurm.py against it, and stops every daemon it started by its PID, pass or fail.
 # No accounting database: the executor plugin is told to poll `squeue`, which sees finished jobs
-# for MinJobAge (1 h here). The node declares 4 GPUs (a GRES without device files), 64 CPUs and 256 GB
+# for MinJobAge (1 h here). The node declares 4 GPUs (a GRES on stand-in device files), 64 CPUs and 256 GB
 # (SlurmdParameters=config_overrides: what slurm.conf says, not what slurmd detects), so that the
 # profile's per-rule requests (4 GPUs x 8 CPUs and 128 GB for train, ...) are submitted and granted as
 # they are; nothing is enforced (task/none, no cgroups) and the jobs run on the CPU (device: cpu).
@@ -58,11 +58,14 @@ PIDS+=("$(cat "$DIR/munge-key/munged.pid")")
 
 HOST="$(hostname -s)"
 mkdir -p "$DIR/state" "$DIR/spool"
-# Read from the folder of slurm.conf; Count without File: Slurm counts and allocates the GPUs and
-# binds no device.
+# The GPUs' "device files": /dev/null's device numbers (a plain file where mknod is not allowed: slurmd
+# then logs that it is no device, and counts it all the same). A GPU GRES without File counts 0.
+# gres.conf is read from the folder of slurm.conf.
+mkdir -p "$DIR/gpus"
+for i in 0 1 2 3; do mknod "$DIR/gpus/nvidia$i" c 1 3 2>/dev/null || : >"$DIR/gpus/nvidia$i"; done
 cat >"$DIR/gres.conf" <<EOF
 AutoDetect=off
-NodeName=$HOST Name=gpu Count=4
+NodeName=$HOST Name=gpu File=$DIR/gpus/nvidia[0-3]
 EOF
 cat >"$DIR/slurm.conf" <<EOF
 ClusterName=rewardloop-ci

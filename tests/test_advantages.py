@@ -34,3 +34,31 @@ def test_global_std_and_clipping():
     clipped, metrics = compute_advantages(_scores(), globalize_reward_std=False, adv_clip_max=0.5)
     assert clipped.advantage.abs().max() == pytest.approx(0.5)
     assert metrics["advantages/clipped_fraction"] > 0
+
+
+def test_the_table_and_its_metrics_exactly():
+    table, metrics = compute_advantages(_scores(), globalize_reward_std=False, adv_clip_max=1.0)
+    assert list(table.columns) == ["sample_id", "prompt_id", "reward", "group_mean", "group_std", "advantage"]
+    assert list(table.index) == list(range(6))
+    expected = [a for a in compute_advantages(_scores(), False, 5.0)[0].advantage.clip(-1.0, 1.0)]
+    assert metrics == pytest.approx({
+        "train/zero_std_ratio": 1 / 3, "advantages/samples": 6,
+        "advantages/abs_mean": float(np.mean(np.abs(expected))),
+        "advantages/clipped_fraction": float(np.mean(np.abs(expected) >= 1.0)),
+    })
+
+
+def test_tied_groups_are_kept_at_zero_advantage_for_the_objectives_that_ask():
+    table, metrics = compute_advantages(_scores(), False, 5.0, keep_tied_groups=True)
+    assert list(table.sample_id) == [f"s{i}" for i in range(8)]
+    assert table.advantage[6:].tolist() == [0.0, 0.0] and metrics["advantages/samples"] == 8
+    assert metrics["train/zero_std_ratio"] == pytest.approx(1 / 3)
+
+
+def test_all_tied_and_empty_score_tables():
+    tied = _scores().assign(reward=1.0)
+    table, metrics = compute_advantages(tied, False, 5.0)
+    assert table.empty and metrics == {"train/zero_std_ratio": 1.0, "advantages/samples": 0,
+                                       "advantages/abs_mean": 0.0, "advantages/clipped_fraction": 0.0}
+    _, metrics = compute_advantages(_scores().iloc[:0], False, 5.0)
+    assert metrics["train/zero_std_ratio"] == 0.0

@@ -144,3 +144,20 @@ def test_nft_plan_trains_each_sample_at_distinct_grid_points_with_fresh_noise():
     assert any(seen[(0, s)] != seen[(1, s)] for s in range(10))  # a new permutation each inner epoch
     seeds = [seed for update in plan for *_, seed in update]
     assert len(set(seeds)) == len(seeds)  # fresh noise for every (batch, grid point)
+
+
+def test_offline_pairs_follow_the_online_ones_through_the_objective():
+    from objective_checks import pair_inputs, prompt_embeds
+
+    online = pair_inputs(torch.randn(5, 4, 8, 8), torch.randn(5, 4, 8, 8), prompt_embeds(5, 64, 0))
+    offline = pair_inputs(torch.randn(3, 4, 8, 8), torch.randn(3, 4, 8, 8), prompt_embeds(3, 64, 1))
+    objective = pair_objective()
+    data = objective.add_offline(objective.load(online, sd15_model_info()), offline, 0.25)
+    assert (len(data), data.online, data.offline, data.offline_fraction) == (8, 5, 3, 0.25)
+    assert torch.equal(data.chosen[5], offline.tensors["latents/c0"])
+    assert torch.equal(data.rejected[7], offline.tensors["latents/r2"])
+    assert torch.equal(data.embeds[6], offline.tensors["prompt_embeds/p1"]) and data.pooled is None
+    bigger = pair_inputs(torch.randn(2, 4, 16, 16), torch.randn(2, 4, 16, 16), prompt_embeds(2, 64, 2))
+    with pytest.raises(ValueError, match=r"^data\.offline_pairs: latents \(4, 16, 16\) differ from the rollouts' "
+                                         r"\(4, 8, 8\)$"):
+        objective.add_offline(data, bigger, 0.25)

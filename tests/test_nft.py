@@ -103,3 +103,39 @@ def test_nft_iterations_train_the_lora_and_carry_the_old_policy(tiny_sd3_model, 
     # Iteration 1 starts from both: its first update sees v_old != v_theta.
     _, metrics1 = _nft_iteration(cfg, tmp_path, 1, lora_dir=str(folder / "train"))
     assert metrics1["history"][0]["train/old_deviate"] > 0
+
+
+def nft_objective(iteration: int, **nft):
+    from rewardloop.config import load
+    from rewardloop.objectives import get_objective
+
+    from workflow_helpers import ROOT
+
+    cfg = load(ROOT / "configs/tiny_sd3_grpo.yaml", {"train": {"loss": "nft", "nft": nft}})
+    return get_objective("nft").from_config(cfg, iteration)
+
+
+def test_the_old_policy_soft_update_after_an_iteration():
+    """old <- d old + (1 - d) current, d = min(rate (global_step - flat), max), global_step = (it + 1) x updates."""
+    from rewardloop.training.policy import Policy
+
+    current, old = torch.tensor([1.0, 2.0]), torch.tensor([3.0, -1.0])
+    policy = Policy(None, None, [current])
+    policy.extra["old"] = [old.clone()]
+    nft_objective(1, old_decay_rate=0.01, old_decay_max=0.5, old_decay_flat_steps=5).finish(policy, updates=10)
+    d = 0.01 * (2 * 10 - 5)
+    assert policy.extra["old"][0].tolist() == pytest.approx((d * old + (1 - d) * current).tolist())
+    assert current.tolist() == [1.0, 2.0]
+
+
+def test_the_old_policy_starts_as_the_trained_adapter_unless_it_was_loaded():
+    from rewardloop.training.policy import Policy
+
+    weights = torch.tensor([1.0, 2.0])
+    fresh = Policy(None, None, [weights])
+    nft_objective(0).start(fresh, None)
+    assert torch.equal(fresh.extra["old"][0], weights) and fresh.extra["old"][0] is not weights
+    loaded = Policy(None, None, [weights])
+    loaded.extra["old"] = [torch.tensor([5.0, 5.0])]
+    nft_objective(1).start(loaded, None)
+    assert loaded.extra["old"][0].tolist() == [5.0, 5.0]

@@ -91,3 +91,37 @@ def test_every_objective_declares_what_the_dag_needs():
         assert declared.rollout_adapter == "current" or declared.rollout_adapter in declared.extra_adapters, name
         schema = declared.schema()
         assert all("description" in spec and "default" in spec for spec in schema["properties"].values()), name
+
+
+def test_an_option_carries_its_default_doc_and_schema_limits():
+    from dataclasses import make_dataclass
+
+    from rewardloop.objectives.options import section_schema
+
+    field = option(3, "How many.", minimum=1)
+    options = make_dataclass("Options", [("count", int, field)], frozen=True)
+    assert options().count == 3
+    assert section_schema(options, "An objective.") == {
+        "type": "object", "additionalProperties": False, "default": {}, "description": "An objective.",
+        "properties": {"count": {"type": "integer", "default": 3, "description": "How many.", "minimum": 1}}}
+
+
+def test_a_name_registered_twice_is_refused():
+    with pytest.raises(ValueError, match="^objective 'dpo' registered twice$"):
+        objective("dpo")(type("Again", (PairObjective,), {}))
+    assert OBJECTIVES["dpo"].__name__ == "DPO"
+
+
+def test_summaries_are_means_over_the_run_and_its_quarters():
+    dpo = get_objective("dpo")
+    history = [{"train/loss": float(i), "train/implicit_acc": i / 10, "other": 1.0} for i in range(1, 11)]
+    summary = dpo.summarize(dpo.__new__(dpo), history, resumed_from=4)
+    assert summary == pytest.approx({
+        "resumed_from_step": 4, "steps": 10,
+        "train/loss/mean": 5.5, "train/loss/first_quarter": 2.0, "train/loss/last_quarter": 9.0,
+        "train/implicit_acc/mean": 0.55, "train/implicit_acc/first_quarter": 0.2,
+        "train/implicit_acc/last_quarter": 0.9})  # a quarter of 10 updates is ceil(2.5) = 3
+    assert dpo.summarize(dpo.__new__(dpo), [], 0) == {"resumed_from_step": 0, "steps": 0}
+    one = dpo.summarize(dpo.__new__(dpo), [{"train/loss": 2.0}], 0)
+    assert one["train/loss/first_quarter"] == one["train/loss/last_quarter"] == 2.0
+    assert "train/implicit_acc/mean" not in one

@@ -64,3 +64,29 @@ def test_bad_tables_are_rejected():
         build_pairs(_scores([("p", 0, 1.0), ("q", 0, float("nan"))]))
     with pytest.raises(ValueError, match="duplicate sample_id 'p'"):
         build_pairs(_scores([("p", 0, 1.0), ("p", 0, 2.0)]))
+
+
+def test_ties_for_best_or_worst_break_on_sample_id():
+    pairs = build_pairs(_scores([("m", 0, 2.0), ("k", 0, 2.0), ("z", 0, 0.0), ("y", 0, 0.0)]))
+    assert pairs[["chosen", "rejected"]].values.tolist() == [["k", "y"]]
+
+
+def test_integer_rewards_give_float_columns_and_a_fresh_index():
+    pairs = build_pairs(_scores([("a", 1, 3), ("b", 1, 1), ("c", 0, 2), ("d", 0, 0)]))
+    assert [str(pairs[c].dtype) for c in PAIR_COLUMNS[3:]] == ["float64"] * 3
+    assert list(pairs.index) == [0, 1] and pairs.prompt_id.tolist() == [0, 1]
+
+
+@pytest.mark.parametrize("margin", [-0.5, float("nan"), float("inf")])
+def test_bad_min_margin_names_the_key(margin):
+    with pytest.raises(ValueError, match=r"^pairs\.min_margin must be a finite number >= 0, got "):
+        build_pairs(SCORES, min_margin=margin)
+
+
+def test_messages_list_what_was_expected():
+    with pytest.raises(ValueError, match=r"expected one of best_vs_worst, all_above_margin$"):
+        build_pairs(SCORES, strategy="random")
+    with pytest.raises(ValueError, match=r"^scores table lacks column\(s\) prompt_id, reward$"):
+        build_pairs(SCORES.drop(columns=["reward", "prompt_id"]))
+    with pytest.raises(ValueError, match="non-finite reward for sample_id 'q'"):
+        build_pairs(_scores([("p", 0, 1.0), ("q", 0, "high")]))

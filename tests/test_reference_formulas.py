@@ -290,3 +290,16 @@ def test_nft_loss_equals_the_reference_code_on_a_micro_batch(tmp_path):
     assert logs["train/kl_loss"] == pytest.approx(kl, rel=1e-4)
     assert got.item() == pytest.approx(expected + 0.3 * kl, rel=1e-4)
     assert logs["train/old_deviate"] == pytest.approx(float(((v - v_old) ** 2).mean()), rel=1e-4)
+
+
+def test_pipeline_facts_the_samplers_read(tmp_path):
+    from rewardloop.sampling import flow
+
+    sd3, sd15 = tiny_sd3_pipeline(tmp_path / "sd3"), tiny_sd15_pipeline(tmp_path / "sd15")
+    assert flow.is_flow_pipeline(sd3) and not flow.is_flow_pipeline(sd15)
+    assert flow.t5_tokens(sd3) == 0  # no T5: no T5 tokens in the conditioning
+    assert flow.latent_shape(sd3, 32) == (16, 8, 8)
+    with pytest.raises(ValueError, match=r"^generate\.resolution: 34 is not divisible by the VAE factor 4$"):
+        flow.latent_shape(sd3, 34)
+    sigmas = flow.sigma_schedule(sd3.scheduler, 4)
+    assert sigmas.dtype == torch.float32 and len(sigmas) == 5 and sigmas[0] == 1 and sigmas[-1] == 0
