@@ -161,3 +161,48 @@ def test_offline_pairs_follow_the_online_ones_through_the_objective():
     with pytest.raises(ValueError, match=r"^data\.offline_pairs: latents \(4, 16, 16\) differ from the rollouts' "
                                          r"\(4, 8, 8\)$"):
         objective.add_offline(data, bigger, 0.25)
+
+
+def test_pooled_conditioning_and_the_empty_prompt_for_sdxl_pairs():
+    """SDXL pairs carry pooled embeddings; an empty-prompt row takes both of the empty prompt's tensors."""
+    from objective_checks import pair_inputs, prompt_embeds
+
+    inputs = pair_inputs(torch.randn(4, 4, 8, 8), torch.randn(4, 4, 8, 8), prompt_embeds(4, 64, 0))
+    pooled = torch.randn(4, 32)
+    inputs.tensors.update({f"pooled_embeds/p{i}": pooled[i] for i in range(4)})
+    inputs.tensors.update({"empty_prompt/prompt_embeds": torch.zeros(16, 64), "empty_prompt/pooled_embeds": torch.ones(32)})
+    objective = pair_objective()
+    data = objective.load(inputs, sd15_model_info())
+    assert torch.equal(data.pooled, pooled) and set(data.empty) == {"prompt_embeds", "pooled_embeds"}
+    cond = data.conditioning(torch.tensor([2, 0]), torch.tensor([False, True]))
+    assert torch.equal(cond["pooled_embeds"][0], pooled[2]) and torch.equal(cond["pooled_embeds"][1], torch.ones(32))
+    assert torch.equal(cond["prompt_embeds"][1], torch.zeros(16, 64))
+    both = concat_pairs(data, data, 0.5)
+    assert torch.equal(both.pooled, torch.cat([pooled, pooled])) and both.empty is data.empty
+    assert torch.equal(both.rejected[4:], data.rejected) and torch.equal(both.embeds[4:], data.embeds)
+
+
+def test_missing_inputs_are_named():
+    from objective_checks import advantage_table, pair_inputs, prompt_embeds
+    from rewardloop.objectives.registry import ObjectiveError, TrainingInputs
+
+    objective = pair_objective()
+    empty = pair_inputs(torch.randn(0, 4, 8, 8), torch.randn(0, 4, 8, 8), prompt_embeds(0, 64, 0))
+    empty.signal = empty.signal.reindex(columns=["prompt_id", "chosen", "rejected"])
+    with pytest.raises(ObjectiveError, match=r"^pairs\.parquet: no preference pairs \(all groups tied\?\)$"):
+        objective.load(empty, sd15_model_info())
+    data = objective.load(pair_inputs(torch.randn(2, 4, 8, 8), torch.randn(2, 4, 8, 8), prompt_embeds(2, 64, 0)),
+                          sd15_model_info())
+    with pytest.raises(ObjectiveError, match=r"^train\.proportion_empty_prompts > 0 but the empty prompt's "
+                                             r"conditioning is not cached$"):
+        data.conditioning(torch.tensor([0]), torch.tensor([True]))
+    grpo = get_objective("grpo").from_config(config("configs/tiny_sd3_grpo.yaml", loss="grpo"), 0)
+    no_rows = TrainingInputs(advantage_table([]), {}, "advantages.parquet", "latents.safetensors")
+    with pytest.raises(ObjectiveError, match=r"^advantages\.parquet: no samples with a non-zero advantage "
+                                             r"\(every group tied\?\)$"):
+        grpo.load(no_rows, sd15_model_info())
+    rows = TrainingInputs(advantage_table([1.0, -1.0]), {}, "advantages.parquet", "latents.safetensors")
+    with pytest.raises(ObjectiveError, match=r"^latents\.safetensors: has no tensor 'trajectory/s0/latents' "
+                                             r"\(needed by advantages\.parquet; was it generated with train\.loss: grpo "
+                                             r"on a sd15 model\?\)$"):
+        grpo.load(rows, sd15_model_info())

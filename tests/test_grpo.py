@@ -139,3 +139,24 @@ def test_resumed_grpo_training_matches_the_uninterrupted_run(tiny_sd3_model, tmp
     assert resumed["resumed_from_step"] == metrics["steps"] - 1
     second = read_tensors(folder / "train2/pytorch_lora_weights.safetensors")
     assert all(torch.allclose(first[k], second[k], atol=1e-7) for k in first)
+
+
+@pytest.mark.parametrize("family, sde, message", [
+    ("sd15", {"noise_level": 1.5}, r"^generate\.sde\.noise_level: on sd15 it is DDIM's eta of the recorded steps; "
+                                   r"must be <= 1$"),
+    ("sd3", {"num_sde_steps": 12}, r"^generate\.sde\.num_sde_steps: 12 does not fit"),
+])
+def test_grpo_startup_checks_name_the_key(family, sde, message):
+    from rewardloop.objectives import get_objective
+    from rewardloop.objectives.registry import ObjectiveError
+
+    config = {"model": {"family": family}, "generate": {"steps": 10, "sde": {
+        "noise_level": 0.7, "strategy": "sde_window", "num_sde_steps": 2, "window_range": [0, 10], **sde}}}
+    with pytest.raises(ObjectiveError, match=message):
+        get_objective("grpo").check(config)
+    config["model"]["family"] = "sd3" if family == "sd15" else "sd15"
+    if family == "sd15":  # a noise level above 1 is fine for the flow SDE
+        get_objective("grpo").check(config)
+    get_objective("grpo").check({**config, "model": {"family": family},
+                                 "generate": {"steps": 10, "sde": {**config["generate"]["sde"], "noise_level": 1.0,
+                                                                   "num_sde_steps": 2}}})

@@ -8,6 +8,7 @@ project's helpers: the rollout's recorded steps are replayed step by step, and e
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -21,6 +22,7 @@ from objective_checks import (advantage_table, alphas_cumprod, conditioning_tens
                               tiny_sd3_pipeline, tiny_transformer, tiny_unet)
 from rewardloop.models.families import get_family
 from rewardloop.objectives import get_objective
+from rewardloop.objectives.preference import HELD_STREAM
 from rewardloop.objectives.registry import ModelInfo, TrainingInputs
 from rewardloop.sampling.ddim import SamplerSettings
 from rewardloop.sampling.ddim_logprob import ddim_mean, ddim_std, sample_ddim_recorded, step_alphas
@@ -35,20 +37,24 @@ from test_objective_direction import DDIMStep, FlowStep, rollout_inputs
 # --- DDIM with eta (Song et al. 2021) ---------------------------------------------------------
 
 @pytest.mark.parametrize("eta", [0.3, 1.0])
-def test_ddim_step_equals_the_paper_and_diffusers_scheduler(eta):
+@pytest.mark.parametrize("final_alpha_one", [False, True], ids=["sd15", "alpha-one-offset-0"])
+def test_ddim_step_equals_the_paper_and_diffusers_scheduler(eta, final_alpha_one):
+    """SD1.5's schedule, and one whose last step lands exactly on t = 0 with a final alpha of 1."""
     from diffusers import DDIMScheduler
 
-    scheduler = DDIMScheduler(**sd15_scheduler_config())
+    overrides = {"set_alpha_to_one": True, "steps_offset": 0} if final_alpha_one else {}
+    scheduler = DDIMScheduler(**{**sd15_scheduler_config(), **overrides})
     steps = 4
     scheduler.set_timesteps(steps)
     a = alphas_cumprod()
+    final = 1.0 if final_alpha_one else float(a[0])
     gen = torch.Generator().manual_seed(0)
     for t in (int(t) for t in scheduler.timesteps):
         a_t, a_prev = step_alphas(scheduler, t, steps)
         prev = t - 1000 // steps
         assert a_t == pytest.approx(float(a[t]), rel=1e-6)
-        # set_alpha_to_one: false, so the step past t = 0 uses alphas_cumprod[0]
-        assert a_prev == pytest.approx(float(a[prev] if prev >= 0 else a[0]), rel=1e-6)
+        # past t = 0: alphas_cumprod[0] (set_alpha_to_one: false, SD1.5) or 1
+        assert a_prev == pytest.approx(float(a[prev]) if prev >= 0 else final, rel=1e-6)
         std = ddim_std(a_t, a_prev, eta)
         assert std == pytest.approx(ddim_std_reference(a_t, a_prev, eta), rel=1e-9)
         eps, x, noise = (torch.randn(2, 4, 8, 8, generator=gen) for _ in range(3))
@@ -204,6 +210,9 @@ def test_pair_losses_equal_the_papers_on_a_micro_batch(tmp_path, loss, augment):
         expected = policy_w.mean()
     assert got.item() == pytest.approx(expected.item(), rel=1e-4, abs=1e-6)
     assert logs["train/loss"] == pytest.approx(got.item())
+    # evaluate() draws its batches from a stream apart from training's
+    held = objective.loss(trainer.policy, data, (step, micro), stream=HELD_STREAM)[0]
+    assert abs(held.item() - got.item()) > 1e-6
 
 
 @pytest.mark.parametrize("step", [FlowStep(), DDIMStep()], ids=["sd3-flow-sde", "sd15-ddim"])
@@ -247,6 +256,10 @@ def test_grpo_loss_equals_the_papers_on_a_micro_batch(tmp_path, step):
     assert logs["train/approx_kl"] == pytest.approx(float(0.5 * ((log_prob - old) ** 2).mean()), rel=1e-3, abs=1e-9)
     assert logs["train/log_prob_mean_abs_diff"] == pytest.approx(float((log_prob - old).abs().mean()), rel=1e-3)
     assert logs["train/ratio_mean"] == pytest.approx(float(ratio.mean()), rel=1e-5)
+    objective.options = dataclasses.replace(objective.options, kl_beta=0.0)
+    with torch.no_grad():
+        got, logs = objective.loss(trainer.policy, data, (index, 0))
+    assert logs["train/kl_loss"] == 0 and got.item() == pytest.approx(policy_loss.item(), abs=1e-5)
 
 
 def test_nft_loss_equals_the_reference_code_on_a_micro_batch(tmp_path):
@@ -257,7 +270,7 @@ def test_nft_loss_equals_the_reference_code_on_a_micro_batch(tmp_path):
     inputs = nft_inputs(1, seed=20)
     inputs.signal["advantage"] = [1.5, -0.5, 0.2, -1.0, 2.0, -2.0, 0.7, -0.9] * 2
     cfg = config("configs/tiny_sd3_grpo.yaml", loss="nft", batch_size=4, learning_rate=3e-3,
-                 gradient_accumulation_steps=1, nft={"beta": 0.5, "kl_beta": 0.3})
+                 gradient_accumulation_steps=1, nft={"beta": 0.5, "kl_beta": 300.0})
     objective, trainer, data, _ = trained(cfg, tiny_transformer(), inputs, FlowStep().model_info(), tmp_path)
     policy, model = trainer.policy, trainer.model
     policy.extra["old"] = [p.detach() * 0.5 for p in policy.trainable]  # an old policy between base and current
@@ -288,8 +301,17 @@ def test_nft_loss_equals_the_reference_code_on_a_micro_batch(tmp_path):
     assert (v - v_old).abs().max() > 1e-4 and kl > 0
     assert logs["train/policy_loss"] == pytest.approx(expected, rel=1e-4)
     assert logs["train/kl_loss"] == pytest.approx(kl, rel=1e-4)
-    assert got.item() == pytest.approx(expected + 0.3 * kl, rel=1e-4)
+    assert got.item() - logs["train/policy_loss"] == pytest.approx(300.0 * kl, rel=1e-3)
     assert logs["train/old_deviate"] == pytest.approx(float(((v - v_old) ** 2).mean()), rel=1e-4)
+    # The grid is the rollout's sigmas but the final 0: int(4 x 0.99) = 3 distinct points per sample, all 4 used.
+    plan = objective.plan(data, 1)
+    points = [g for update in plan for _, grid_index, _ in update for g in grid_index.tolist()]
+    assert sorted(set(points)) == [0, 1, 2, 3] and len(points) == 16 * 3
+    objective.options = dataclasses.replace(objective.options, kl_beta=0.0, timestep_fraction=0.3)
+    assert sum(len(update) for update in objective.plan(data, 1)) == 4  # int(4 x 0.3) = 1 point per batch
+    with torch.no_grad():
+        got, logs = objective.loss(policy, data, (index, grid_index, noise_seed))
+    assert logs["train/kl_loss"] == 0 and got.item() == pytest.approx(expected, rel=1e-4)
 
 
 def test_pipeline_facts_the_samplers_read(tmp_path):
@@ -298,6 +320,11 @@ def test_pipeline_facts_the_samplers_read(tmp_path):
     sd3, sd15 = tiny_sd3_pipeline(tmp_path / "sd3"), tiny_sd15_pipeline(tmp_path / "sd15")
     assert flow.is_flow_pipeline(sd3) and not flow.is_flow_pipeline(sd15)
     assert flow.t5_tokens(sd3) == 0  # no T5: no T5 tokens in the conditioning
+    from transformers import T5Config, T5EncoderModel
+
+    sd3.text_encoder_3 = T5EncoderModel(T5Config(vocab_size=32, d_model=8, d_kv=4, d_ff=16, num_layers=1,
+                                                 num_heads=2))
+    assert flow.t5_tokens(sd3) == 256  # the SD3 pipeline's default max_sequence_length
     assert flow.latent_shape(sd3, 32) == (16, 8, 8)
     with pytest.raises(ValueError, match=r"^generate\.resolution: 34 is not divisible by the VAE factor 4$"):
         flow.latent_shape(sd3, 34)

@@ -41,5 +41,5 @@ def test_mean_and_log_prob_by_hand():
 
 
 def test_noise_is_required_for_a_stochastic_step():
-    with pytest.raises(ValueError, match="noise"):
+    with pytest.raises(ValueError, match=r"^sde_step: noise is required for a step with std > 0$"):
         sde_step(torch.zeros(1, 1, 2, 2), torch.zeros(1, 1, 2, 2), 0.5, 0.25, 0.7)

@@ -38,3 +38,16 @@ def test_epoch_global_random_choice_is_shared_and_seeded_per_iteration():
 def test_invalid_selections_name_the_key(cfg, match):
     with pytest.raises(StepStrategyError, match=match):
         select_sde_steps(cfg, 10, SEEDS, 0)
+
+
+def test_the_limits_of_a_selection_exactly():
+    one = select_sde_steps({"strategy": "sde_window", "num_sde_steps": 1, "window_range": [2, 3]}, 10, SEEDS, 0)
+    assert all(s == [2] for s in one)  # one step is allowed, and a window one step wide
+    with pytest.raises(StepStrategyError, match=r"^generate\.sde\.window_range: \[3, 3\) must lie within the 10 "
+                                                r"sampling steps$"):
+        select_sde_steps({"strategy": "sde_window", "num_sde_steps": 1, "window_range": [3, 3]}, 10, SEEDS, 0)
+    with pytest.raises(StepStrategyError, match=r"^generate\.sde\.num_sde_steps: 0 does not fit"):
+        select_sde_steps({"strategy": "sde_window", "num_sde_steps": 0}, 10, SEEDS, 0)
+    with pytest.raises(StepStrategyError, match=r"^generate\.sde\.strategy: unknown 'nope'; known: "
+                                                r"epoch_global_random_choice, sde_window$"):
+        select_sde_steps({"strategy": "nope", "num_sde_steps": 1}, 10, SEEDS, 0)
