@@ -3,7 +3,10 @@
 One uninterrupted reference run first. Then each trial starts the same run in a fresh folder and,
 for each of its kills, starts the same command, waits until a job of the chosen stage starts, waits
 a seeded random fraction of that job's duration in the reference run, and sends SIGKILL to the
-whole process group (snakemake and its jobs, as a pre-empted or OOM-killed node would). After its
+whole process group (snakemake and its jobs, as a pre-empted or OOM-killed node would). With
+--at-start (what the test suite does) each kill lands instead at the start of its job: as soon as the
+job's log has been written in this attempt (its first line, "running in a fork of the warm worker"),
+so that short jobs (pairs, export) are interrupted too. After its
 kills the trial reruns the same command until it completes (no --unlock, no cleanup) and compares
 with the reference: the final LoRA's sha256, the final eval table, and every iteration's LoRA.
 Kills cycle through the stages (generate, score, pairs, train, export, eval, tracking) and a train
@@ -11,8 +14,8 @@ that has saved an in-stage checkpoint, so 20 kills aim at each about 2-3 times (
 whatever runs beside its target, e.g. eval beside the loop). Trains resumed from their in-stage checkpoint are listed with the
 step they resumed from.
 
-Usage: python bench/kill_harness.py [--kills 20] [--kills-per-trial 1] [--seed 0] [--model DIR]
-                                    [--keep DIR]
+Usage: python bench/kill_harness.py [--kills 20] [--kills-per-trial 1] [--seed 0] [--at-start]
+                                    [--model DIR] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -62,7 +65,9 @@ MID_TRAIN = "train mid-epoch"
 # after a checkpoint would leave a state behind that the mid-epoch kill could not tell from its own.)
 TARGETS = ("generate", "score", "pairs", MID_TRAIN, "train", "export", "eval", "tracking")
 JOB_START = re.compile(r"^(?:local)?rule (\w+):$")
-JOB_END = re.compile(r"^Finished jobid: \d+ \(Rule: (\w+)\)$")
+JOB_LOG = re.compile(r"^log: (\S+)$")
+JOB_ID = re.compile(r"^jobid: (\d+)$")
+JOB_END = re.compile(r"^Finished jobid: (\d+) \(Rule: (\w+)\)$")
 
 
 def run_overlay(model_dir: Path) -> dict:
@@ -105,12 +110,13 @@ class Kill:
     stage: str
     delay: float
     occurrence: int = 0  # aim at the stage's job that starts (occurrence + 1)-th in the run
+    at_start: bool = False  # count ``delay`` from the job's first log line, not from its announcement
     fired: bool = False
-    running: list[str] = field(default_factory=list)  # the jobs running at the kill
+    running: list[str] = field(default_factory=list)  # the jobs the kill interrupted
     train_state_step: int | None = None  # the in-stage checkpoint's step on disk after the kill
 
     def stages_hit(self) -> set[str]:
-        """The stages whose jobs the kill interrupted."""
+        """The stages whose jobs the kill interrupted (started and not finished when Snakemake died)."""
         hit = {s for s, rules in STAGES.items() if set(rules) & set(self.running)}
         if self.stage == MID_TRAIN and "train" in hit and self.train_state_step:
             hit.add(MID_TRAIN)
@@ -120,47 +126,78 @@ class Kill:
 def killed_run(workdir: Path, kill: Kill, timeout: float = 600) -> Kill:
     """Start the command; SIGKILL its process group ``kill.delay`` s after the ``kill.occurrence``-th
     job of ``kill.stage`` (counting from 0) starts, or for a mid-epoch kill after iteration
-    ``kill.occurrence``'s train saved a checkpoint. When the run ends first, the kill does not fire."""
+    ``kill.occurrence``'s train saved a checkpoint. A job starts when Snakemake announces it ("rule X:"),
+    or with ``kill.at_start`` when its log has been written in this attempt (the job's process runs
+    the stage's script: in a fork of the warm worker, the default, its first line says so at once).
+    When the run ends first, the kill does not fire.
+
+    ``kill.running`` is then what the kill interrupted: the jobs Snakemake had announced and not
+    reported finished (its "Finished jobid" lines) when it died, read to the end of its output."""
     rules = STAGES.get(kill.stage, ())
     since = time.time()
     proc = subprocess.Popen(command(workdir), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=job_env(), start_new_session=True)
-    running: list[str] = []
+    jobs: dict[str, dict] = {}  # jobid -> {"rule", "log"} of the jobs announced and not finished
     started = threading.Event()
+    target: list[dict] = []  # the aimed-at job, once announced
     seen = [0]  # jobs of the stage started so far
 
     def follow() -> None:
+        job: dict = {}
         for line in proc.stdout:
-            if m := JOB_START.match(line.strip()):
-                running.append(m.group(1))
+            line = line.strip()
+            if m := JOB_START.match(line):
+                job = {"rule": m.group(1), "log": None}
                 if m.group(1) in rules:
                     seen[0] += 1
-                    if seen[0] > kill.occurrence:
-                        started.set()
-            elif m := JOB_END.match(line.strip()):
-                if m.group(1) in running:
-                    running.remove(m.group(1))
+                    if seen[0] == kill.occurrence + 1:
+                        target.append(job)
+                        if not kill.at_start:
+                            started.set()
+            elif m := JOB_LOG.match(line):
+                job["log"] = m.group(1)
+            elif m := JOB_ID.match(line):
+                jobs[m.group(1)] = job
+            elif m := JOB_END.match(line):
+                jobs.pop(m.group(1), None)
+
+    def running() -> list[str]:
+        return [job["rule"] for job in list(jobs.values())]
 
     reader = threading.Thread(target=follow, daemon=True)
     reader.start()
     deadline = time.monotonic() + timeout
     while not started.is_set() and proc.poll() is None and time.monotonic() < deadline:
-        started.wait(0.05)
-        if kill.stage == MID_TRAIN and "train" in running and saved_train_step(workdir, kill.occurrence, since):
+        started.wait(0.005 if kill.at_start and kill.stage != MID_TRAIN else 0.05)
+        if kill.stage == MID_TRAIN:
+            if "train" in running() and saved_train_step(workdir, kill.occurrence, since):
+                started.set()
+        elif kill.at_start and target and written_since(workdir, target[0]["log"], since):
             started.set()
     if started.is_set():
         end = time.monotonic() + kill.delay
         while proc.poll() is None and time.monotonic() < end:
-            time.sleep(0.01)
+            time.sleep(0.005)
         if proc.poll() is None:
-            kill.running = list(running)
             kill.fired = kill_group(proc)
     else:
         kill_group(proc)
     proc.wait()
-    reader.join(timeout=5)
+    reader.join(timeout=10)
+    if kill.fired:
+        kill.running = running()
     kill.train_state_step = saved_train_step(workdir)
     return kill
+
+
+def written_since(workdir: Path, rel: str | None, since: float) -> bool:
+    """Whether the file ``rel`` (under ``workdir``) was written at or after Unix time ``since``."""
+    if not rel:
+        return False
+    try:
+        return (workdir / rel).stat().st_mtime >= since
+    except FileNotFoundError:
+        return False
 
 
 def kill_group(proc: subprocess.Popen) -> bool:
@@ -213,11 +250,14 @@ def stage_jobs(workdir: Path) -> dict[str, list[float]]:
     return jobs
 
 
-def plan_kills(count: int, jobs: dict[str, list[float]], seed: int, first_job: bool = False) -> list[Kill]:
+def plan_kills(count: int, jobs: dict[str, list[float]], seed: int, first_job: bool = False,
+               at_start: bool = False) -> list[Kill]:
     """``count`` kills cycling through the targets, each at a seeded one of the stage's jobs (say
     iteration 1's export; with ``first_job``, the next one to start: for several kills in a row)
     and a seeded point within 90 % of the stage's shortest job, so that most land while that job
-    still runs. Mid-epoch kills land within a second of a train's checkpoint."""
+    still runs. Mid-epoch kills land within a second of a train's checkpoint. With ``at_start``,
+    every kill lands as soon as its job has started (its log written; mid-epoch: its checkpoint
+    saved), so that each one interrupts the job it aims at, however short."""
     rng = random.Random(seed)
     jobs = {**jobs, MID_TRAIN: [1.0 / 0.9] * len(jobs.get("train", [0]))}
     kills = []
@@ -225,8 +265,9 @@ def plan_kills(count: int, jobs: dict[str, list[float]], seed: int, first_job: b
         stage = TARGETS[k % len(TARGETS)]
         durations = jobs.get(stage, [5.0])
         occurrence = rng.randrange(len(durations))
-        kills.append(Kill(stage=stage, occurrence=0 if first_job else occurrence,
-                          delay=round(rng.uniform(0.0, 0.9 * min(durations)), 2)))
+        delay = round(rng.uniform(0.0, 0.9 * min(durations)), 2)
+        kills.append(Kill(stage=stage, occurrence=0 if first_job else occurrence, at_start=at_start,
+                          delay=0.0 if at_start else delay))
     return kills
 
 
@@ -253,6 +294,8 @@ def main() -> None:
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--kills-per-trial", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--at-start", action="store_true",
+                        help="kill each job as soon as it has started (its log written), as the tests do")
     parser.add_argument("--model", type=Path, help="a built tiny model (default: build one, ~30 s)")
     parser.add_argument("--keep", type=Path, help="keep the run folders here")
     args = parser.parse_args()
@@ -275,7 +318,7 @@ def main() -> None:
     print(f"reference run: {time.perf_counter() - started:.0f} s; final LoRA sha256 {reference['final_lora'][:16]}")
     print("stage jobs (s): " + "; ".join(f"{s} " + " ".join(f"{d:.1f}" for d in sorted(ds)) for s, ds in jobs.items()))
 
-    kills = plan_kills(args.kills, jobs, args.seed)
+    kills = plan_kills(args.kills, jobs, args.seed, at_start=args.at_start)
     per_trial = max(1, args.kills_per_trial)
     fired = identical = trials = 0
     by_stage: dict[str, list[int]] = {s: [0, 0] for s in TARGETS}  # stage -> [landed in it, identical]
@@ -292,7 +335,8 @@ def main() -> None:
                 by_stage[stage][1] += same
             where = ",".join(kill.running) if kill.fired else "(stage already done: no kill)"
             saved = f", train state on disk at step {kill.train_state_step}" if kill.train_state_step else ""
-            print(f"trial {trials:2d}: kill in {kill.stage:15s} job #{kill.occurrence} +{kill.delay:5.2f} s, "
+            start = "its log written" if kill.at_start else "start"
+            print(f"trial {trials:2d}: kill in {kill.stage:15s} job #{kill.occurrence} {start} +{kill.delay:5.2f} s, "
                   f"running [{where}]{saved}")
         resumed = resumed_trains(workdir)
         print(f"          rerun: {attempts} attempt(s); identical to the reference: {same}"

@@ -1,7 +1,7 @@
 """Snakemake entry point of rule generate when generate.shards > 1 (gathers the shards)."""
 from rewardloop.runtime.snakemake_job import job
 
-with job(snakemake):  # noqa: F821
+with job(snakemake, uses_gpu=False):  # noqa: F821
     from rewardloop.stages import gather
 
     gather.samples(

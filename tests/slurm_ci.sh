@@ -5,12 +5,13 @@
 # sockets all live there; /etc is not touched), waits until the node is idle, runs
 # tests/test_slurm.py against it, and stops every daemon it started by its PID, pass or fail.
 # No accounting database: the executor plugin is told to poll `squeue`, which sees finished jobs
-# for MinJobAge (1 h here). The node declares 4 GPUs (a GRES on stand-in device files), 64 CPUs and 256 GB
-# (SlurmdParameters=config_overrides: what slurm.conf says, not what slurmd detects), so that the
-# profile's per-rule requests (4 GPUs x 8 CPUs and 128 GB for train, ...) are submitted and granted as
-# they are; nothing is enforced (task/none, no cgroups) and the jobs run on the CPU (device: cpu).
+# for MinJobAge (1 h here). The node declares 4 GPUs (a GRES on stand-in device files), 64 CPUs and
+# 256 GB (SlurmdParameters=config_overrides: slurm.conf's sizes, not the detected ones), so that the
+# profile's per-rule requests (train: 4 GPUs x 8 CPUs, 128 GB, ...) are submitted and granted as they
+# are; nothing is enforced (task/none, no cgroups) and the jobs run on the CPU (device: cpu).
 # Needs root (Debian 12); installs slurm-wlm and munge when missing.
-# Usage: bash tests/slurm_ci.sh   (VENV=... picks the virtualenv, default .venv; exit status is pytest's)
+# Usage: bash tests/slurm_ci.sh [PYTEST ARGS]   (VENV=... picks the virtualenv, default .venv; exit
+# status is pytest's)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${VENV:-$ROOT/.venv}"
@@ -119,4 +120,4 @@ done
 echo "slurm cluster up in $(( $(date +%s) - start )) s: $SLURM_CONF"
 
 cd "$ROOT"
-REWARDLOOP_SLURM=1 PATH="$VENV/bin:$PATH" "$VENV/bin/python" -m pytest -q -p no:cacheprovider --durations=3 tests/test_slurm.py
+REWARDLOOP_SLURM=1 PATH="$VENV/bin:$PATH" "$VENV/bin/python" -m pytest -q -p no:cacheprovider --durations=3 tests/test_slurm.py "$@"

@@ -70,3 +70,23 @@ def test_assign_sets_cuda_visible_devices_and_skips_slurm(tmp_path, monkeypatch)
     monkeypatch.setenv("SLURM_JOB_ID", "7")
     assert gpu_slots.assign(1) == [] and gpu_slots.os.environ["CUDA_VISIBLE_DEVICES"] == "4,5"
     assert gpu_slots.assign(0) == []
+
+
+def test_a_job_that_uses_no_gpu_claims_none_whatever_its_resources_say(tmp_path, monkeypatch):
+    """The gathers of sharded stages share their rule's name, and so a SLURM profile's GPU request,
+    with the sharded stage; on a submitting host without GPUs they must still run."""
+    from types import SimpleNamespace
+
+    from rewardloop.runtime.snakemake_job import job
+
+    monkeypatch.setattr(gpu_slots, "LOCK_DIR", tmp_path)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # a host without GPUs
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    gather = SimpleNamespace(log=[str(tmp_path / "gather.log")], resources=SimpleNamespace(gpu=1), rule="generate")
+    with pytest.raises(SystemExit):
+        with job(gather):
+            pass
+    assert "GpuSlotError" in (tmp_path / "gather.log").read_text()
+    with job(gather, uses_gpu=False):
+        ran = True
+    assert ran

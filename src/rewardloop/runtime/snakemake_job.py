@@ -12,10 +12,13 @@ from rewardloop.runtime import gpu_slots, warm
 
 
 @contextlib.contextmanager
-def job(snakemake):
+def job(snakemake, uses_gpu: bool = True):
     """``with job(snakemake): stage.run(...)`` with stdout/stderr in ``log[0]``.
 
     A local job that asks for GPUs (resource ``gpu``) sees only GPUs of its own (see gpu_slots).
+    ``uses_gpu=False``: a job that never touches a GPU claims none, whatever its resources say (the
+    gathers of sharded stages share their rule's name, and so a profile's GPU request, with the
+    sharded stage).
     With warm start on, the job runs in a fork of the run's warm worker instead (see warm.py).
     """
     warm.delegate()  # exits with the job's exit code when the warm worker ran it
@@ -25,7 +28,8 @@ def job(snakemake):
     if stream:
         sys.stdout = sys.stderr = stream
     try:
-        gpu_locks = gpu_slots.assign(int(getattr(snakemake.resources, "gpu", 0) or 0))
+        gpus = int(getattr(snakemake.resources, "gpu", 0) or 0) if uses_gpu else 0
+        gpu_locks = gpu_slots.assign(gpus)
         if warm.in_worker():
             print(f"rewardloop: running in a fork (pid {os.getpid()}) of the warm worker", flush=True)
         if gpu_locks:
