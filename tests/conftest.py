@@ -53,3 +53,14 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.model)
+
+
+@pytest.fixture(autouse=True)
+def _restore_torch_determinism():
+    """``train.deterministic`` switches torch's deterministic algorithms on for the whole process (a job
+    is one process); a test that trains in-process must not leave it on for the tests after it."""
+    import torch
+
+    enabled = torch.are_deterministic_algorithms_enabled()
+    yield
+    torch.use_deterministic_algorithms(enabled)
