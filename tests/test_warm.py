@@ -144,7 +144,7 @@ def test_the_worker_exits_when_the_process_that_started_it_is_killed(tmp_path):
     pid, folder = starter.stdout.readline().split()
     starter.kill()
     starter.wait()
-    deadline = time.monotonic() + 30  # it notices within a second once its imports are done
+    deadline = time.monotonic() + 120  # it notices within a second once its imports are done (slow on a loaded machine)
     while alive(int(pid)) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not alive(int(pid))
