@@ -103,6 +103,14 @@ def sdxl_layout(work: Path, tiny_model: Path) -> None:
     (folder / "model_index.json").write_text(json.dumps(index))
 
 
+def lcm_layout(work: Path, tiny_model: Path) -> None:
+    """The tiny model shipping a distilled model's LCM scheduler."""
+    folder = work / "models/lcm"
+    shutil.copytree(tiny_model, folder)
+    config = json.loads((folder / "scheduler/scheduler_config.json").read_text())
+    (folder / "scheduler/scheduler_config.json").write_text(json.dumps({**config, "_class_name": "LCMScheduler"}))
+
+
 def init_lora(edit: Callable[[dict], dict]) -> Callable:
     """model.init_lora = lora/: the finished run's iteration-0 LoRA, its tensors passed through ``edit``."""
     def make(work: Path, tiny_model: Path) -> None:
@@ -198,8 +206,11 @@ PARSE_TIME = [
     Case("model folder without model_index.json", {"model": {"path": "models/empty"}},
          "model.path: models/empty has no model_index.json", write("models/empty/unet/config.json", "{}")),
     Case("SDXL folder for family sd15", {"model": {"path": "models/sdxl"}},
-         "model.path: models/sdxl holds a StableDiffusionXLPipeline (model_index.json), a model.family sdxl model, "
-         "but model.family is sd15", sdxl_layout),
+         "model.path: models/sdxl/model_index.json names 'StableDiffusionXLPipeline', a model.family sdxl model, "
+         "but model.family sd15 expects StableDiffusionPipeline", sdxl_layout),
+    Case("model folder shipping a scheduler the samplers cannot rebuild", {"model": {"path": "models/lcm"}},
+         "model.path: models/lcm/scheduler/scheduler_config.json names 'LCMScheduler'; model.family sd15 expects a "
+         "DDPM-style scheduler", lcm_layout),
     # prompt files
     Case("missing prompt file", {"prompts": {"eval": "prompts/nope.txt"}},
          "prompts.eval (prompts/nope.txt): file not found"),

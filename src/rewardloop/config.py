@@ -87,11 +87,15 @@ def _objective_names() -> list[str]:
 
 
 def _fill_family_defaults(config: dict) -> None:
-    """``generate.resolution: null`` becomes the model family's default size."""
+    """``generate.resolution: null`` becomes the model family's default size, ``generate.precision: auto``
+    train.mixed_precision's."""
     from rewardloop.models.families import get_family
 
     if config["generate"]["resolution"] is None:
         config["generate"]["resolution"] = get_family(config["model"]["family"]).default_resolution
+    if config["generate"]["precision"] == "auto":
+        mixed = config["train"]["mixed_precision"]
+        config["generate"]["precision"] = "fp32" if mixed == "no" else mixed
 
 
 def _drop_null_rewards(config: dict) -> None:
@@ -188,7 +192,9 @@ def check_shards(config: dict, prompts_per_iteration: int) -> None:
 def check_objective(config: dict) -> None:
     """The objective (``train.loss``) fits the model family, the adapter, the processes and the data;
     then its own checks (e.g. GRPO's step strategy)."""
+    from rewardloop.models.families import get_family
     from rewardloop.objectives import ObjectiveError, get_objective
+    from rewardloop.sampling.schedulers import SamplerError, check_sampler
 
     train, family = config["train"], config["model"]["family"]
     objective = get_objective(train["loss"])
@@ -208,6 +214,11 @@ def check_objective(config: dict) -> None:
     try:
         objective.check(config)
     except ObjectiveError as exc:
+        raise ConfigError(str(exc)) from exc
+    generate = config["generate"]
+    try:
+        check_sampler(generate["scheduler"], get_family(family).flow, generate["eta"], objective.records_steps)
+    except SamplerError as exc:
         raise ConfigError(str(exc)) from exc
 
 

@@ -33,6 +33,11 @@ class Family:
     denoiser: str = "unet"  # pipeline attribute of the denoiser (and LoRA key prefix)
     tiny_builder: str | None = None  # "module:function" building its embedded tiny model
     tiny_pretrained: bool = True  # False: the tiny model is random-init (plumbing only), built from a seed alone
+    text_encoders: tuple[str, ...] = ("text_encoder",)  # pipeline components that encode prompts
+
+    @property
+    def tokenizers(self) -> tuple[str, ...]:
+        return tuple(name.replace("text_encoder", "tokenizer") for name in self.text_encoders)
 
     @property
     def flow(self) -> bool:
@@ -114,9 +119,12 @@ FAMILIES = {
     "sd15": Family("sd15", "StableDiffusionPipeline", ("prompt_embeds",), 512,
                    tiny_builder="rewardloop.models.tiny_sd15:build_tiny_sd15"),
     "sdxl": Family("sdxl", "StableDiffusionXLPipeline", ("prompt_embeds", "pooled_embeds"), 1024,
-                   tiny_builder="rewardloop.models.tiny_sdxl:build_tiny_sdxl", tiny_pretrained=False),
+                   tiny_builder="rewardloop.models.tiny_sdxl:build_tiny_sdxl", tiny_pretrained=False,
+                   text_encoders=("text_encoder", "text_encoder_2")),
+    # T5 (text_encoder_3) is optional: a folder may list it as [null, null] (the tiny SD3 does).
     "sd3": Family("sd3", "StableDiffusion3Pipeline", ("prompt_embeds", "pooled_embeds"), 1024,
-                  denoiser="transformer", tiny_builder="rewardloop.models.tiny_sd3:build_tiny_sd3"),
+                  denoiser="transformer", tiny_builder="rewardloop.models.tiny_sd3:build_tiny_sd3",
+                  text_encoders=("text_encoder", "text_encoder_2", "text_encoder_3")),
 }
 
 

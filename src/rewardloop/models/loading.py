@@ -39,7 +39,8 @@ def is_hub_id(path: str) -> bool:
 
 
 def check_model_reference(model_cfg: Mapping) -> None:
-    """Fail early, naming ``model.path``, when the base model cannot be found or is of another family.
+    """Fail early, naming ``model.path``, when the base model cannot be found or cannot run (a folder of
+    another family, a missing component, a scheduler the samplers cannot use: see models.layout).
 
     With ``build_tiny`` the path is where rule build_tiny_model writes: it must lie inside the
     working directory (the workflow writes nowhere else but results/).
@@ -50,7 +51,12 @@ def check_model_reference(model_cfg: Mapping) -> None:
         return  # a rule builds it
     if is_hub_id(path) and not _offline_and_uncached(path):
         return  # resolved by from_pretrained (needs the network or the hub cache)
-    check_model_folder(path, model_cfg.get("family", "sd15"))
+    if not Path(path).is_dir():
+        raise ModelError(f"model.path: {path} is not a folder (expected a diffusers model folder, or a hub id"
+                         + (" in the local cache: HF_HUB_OFFLINE is set)" if is_hub_id(path) else ")"))
+    from rewardloop.models.layout import check_model_folder
+
+    check_model_folder(path, model_cfg.get("family", "sd15"), model_cfg.get("variant"))
 
 
 def _offline_and_uncached(hub_id: str) -> bool:
@@ -66,32 +72,6 @@ def check_inside_workdir(key: str, path: str, why: str) -> None:
     if not (cwd / path).resolve().is_relative_to(cwd):
         raise ModelError(f"{key}: {path} is outside the working directory {cwd} ({why}; use a relative "
                          "path without '..')")
-
-
-def check_model_folder(path: str, family: str) -> None:
-    """A local diffusers folder whose model_index.json is a pipeline of ``family`` with its denoiser."""
-    from rewardloop.models.families import FAMILIES, get_family
-
-    folder = Path(path)
-    if not folder.is_dir():
-        raise ModelError(f"model.path: {path} is not a folder (expected a diffusers model folder, or a hub id"
-                         + (" in the local cache: HF_HUB_OFFLINE is set)" if is_hub_id(path) else ")"))
-    index_file = folder / MODEL_INDEX
-    if not index_file.is_file():
-        raise ModelError(f"model.path: {path} has no {MODEL_INDEX} (not a diffusers pipeline folder)")
-    try:
-        index = json.loads(index_file.read_text())
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ModelError(f"model.path: {index_file} is not valid JSON ({exc})") from exc
-    expected = get_family(family)
-    found = index.get("_class_name") if isinstance(index, dict) else None
-    other = {f.pipeline: f.name for f in FAMILIES.values() if f.name != family}
-    if found in other:
-        raise ModelError(f"model.path: {path} holds a {found} ({MODEL_INDEX}), a model.family {other[found]} "
-                         f"model, but model.family is {family} (expects {expected.pipeline})")
-    if expected.denoiser not in index or not (folder / expected.denoiser).is_dir():
-        raise ModelError(f"model.path: {path} has no {expected.denoiser}/ component, which model.family "
-                         f"{family} needs ({MODEL_INDEX} lists {', '.join(k for k in index if not k.startswith('_'))})")
 
 
 def tensor_shapes(path) -> dict[str, list[int]]:
@@ -154,26 +134,42 @@ def resolve_device(name: str):
     return torch.device(name)
 
 
-def load_pipeline(model_cfg: Mapping, lora_dir: str | None = None, device="cpu", dtype=None):
+PRECISIONS = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+
+
+def torch_dtype(precision: str):
+    """The torch dtype of ``generate.precision`` (fp32, fp16, bf16)."""
+    import torch
+
+    return getattr(torch, PRECISIONS[precision])
+
+
+def load_pipeline(model_cfg: Mapping, lora_dir: str | None = None, device="cpu", dtype=None,
+                  text_encoders: bool = True):
     """Load the base pipeline; with ``lora_dir``, load that LoRA and fuse it into the weights.
 
     Fusing makes sampling from a trained iteration exactly as fast as sampling from the base.
     A ``lora_dir`` holding a full diffusers folder (a fully fine-tuned model(it), train.adapter
-    none) is loaded instead of the base.
+    none) is loaded instead of the base. ``text_encoders=False`` leaves the text encoders out (None):
+    training reads the prompt embeddings generate cached and never needs them (SD3.5's T5 alone is
+    4.7 B parameters).
     """
     import torch
 
     from rewardloop.models.families import get_family
 
+    family = get_family(model_cfg["family"])
     source = model_cfg["path"]
     if is_full_model(lora_dir):
         source, lora_dir = str(lora_dir), None
     cls = pipeline_class(model_cfg["family"])
+    skipped = {} if text_encoders else {name: None for name in family.text_encoders}
     try:
         pipe = cls.from_pretrained(
             source,
             dtype=dtype or torch.float32,
-            **{**absent_components(source), **get_family(model_cfg["family"]).load_kwargs()},
+            variant=None if source != model_cfg["path"] else model_cfg.get("variant"),
+            **{**absent_components(source), **family.load_kwargs(), **skipped},
         )
     except (OSError, ValueError) as exc:
         raise ModelError(f"model.path: cannot load {source} as {cls.__name__} ({exc})") from exc

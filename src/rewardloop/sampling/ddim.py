@@ -21,10 +21,13 @@ class SamplerSettings:
     guidance_scale: float
     eta: float
     resolution: int
+    scheduler: str = "auto"  # generate.scheduler (see rewardloop.sampling.schedulers)
 
     def as_dict(self) -> dict:
+        from rewardloop.sampling.schedulers import AUTO
+
         return {
-            "sampler": "ddim",
+            "sampler": "ddim" if self.scheduler == AUTO else self.scheduler,
             "steps": self.steps,
             "guidance_scale": self.guidance_scale,
             "eta": self.eta,
@@ -59,33 +62,42 @@ def sample_latents(
     batch_size: int,
     progress: bool = True,
     desc: str = "generate",
+    scheduler=None,
 ) -> torch.Tensor:
     """Denoise one image per (conditioning row, seed); returns the final latents [N, C, h, w] (fp32, CPU).
 
     ``family``: the pipeline's :class:`~rewardloop.models.families.Family`; ``embeds``: prompt
-    embeddings [N, L, D], or the family's conditioning dict {key: [N, ...]}.
+    embeddings [N, L, D], or the family's conditioning dict {key: [N, ...]}. ``scheduler``: the
+    sampler (see :mod:`rewardloop.sampling.schedulers`); default DDIM on the pipeline's schedule,
+    whatever scheduler class the pipeline ships.
     """
-    unet, scheduler = pipe.unet, pipe.scheduler
+    from rewardloop.sampling.schedulers import build_sampler, inference_timesteps
+
+    unet = pipe.unet
+    scheduler = scheduler or build_sampler(pipe.scheduler.config, "ddim")
     device, dtype = pipe.device, unet.dtype
     rows = {"prompt_embeds": embeds} if isinstance(embeds, torch.Tensor) else embeds
     uncond = family.encode(pipe, [""])
     shape = latent_shape(pipe, settings.resolution)
     use_cfg = settings.guidance_scale > 1.0
+    if type(scheduler).__name__ == "DDIMScheduler":  # no repeated or out-of-range step (PNDM repeats by design)
+        inference_timesteps(scheduler, settings.steps)
     outputs = []
     for start in tqdm(range(0, len(seeds), batch_size), desc=desc, unit="batch", disable=not progress):
         batch_seeds = list(seeds[start : start + batch_size])
         cond = {k: v[start : start + batch_size].to(device=device, dtype=dtype) for k, v in rows.items()}
         n = len(batch_seeds)
-        latents = initial_noise(batch_seeds, shape, device, dtype) * scheduler.init_noise_sigma
+        # Latents and scheduler steps stay fp32 under a half-precision denoiser (its inputs are cast).
+        latents = initial_noise(batch_seeds, shape, device, torch.float32) * scheduler.init_noise_sigma
         generators = [torch.Generator().manual_seed(s + 1) for s in batch_seeds]
         if use_cfg:
             cond = {k: torch.cat([uncond[k].to(dtype).expand(n, *v.shape[1:]), v]) for k, v in cond.items()}
         unet_kwargs = family.unet_kwargs(cond, settings.resolution)
-        scheduler.set_timesteps(settings.steps, device=device)
+        scheduler.set_timesteps(settings.steps, device=device)  # also resets a multistep sampler's state
         for t in scheduler.timesteps:
             model_in = torch.cat([latents] * 2) if use_cfg else latents
             model_in = scheduler.scale_model_input(model_in, t)
-            eps = unet(model_in, t, **unet_kwargs).sample
+            eps = unet(model_in.to(dtype), t, **unet_kwargs).sample.float()
             if use_cfg:
                 eps_uncond, eps_cond = eps.chunk(2)
                 eps = eps_uncond + settings.guidance_scale * (eps_cond - eps_uncond)
@@ -97,10 +109,16 @@ def sample_latents(
 
 @torch.no_grad()
 def decode_latents(pipe, latents: torch.Tensor, batch_size: int) -> list:
-    """VAE-decode latents into PIL images."""
+    """VAE-decode latents into PIL images.
+
+    A VAE whose config sets ``force_upcast`` (SDXL's: its fp16 activations overflow to NaN, black
+    images) decodes in fp32 when the pipeline runs in fp16, as diffusers' pipelines do.
+    """
     from PIL import Image
 
     vae = pipe.vae
+    if vae.dtype == torch.float16 and getattr(vae.config, "force_upcast", False):
+        vae.to(torch.float32)
     images = []
     for start in range(0, len(latents), batch_size):
         chunk = latents[start : start + batch_size].to(device=pipe.device, dtype=vae.dtype)

@@ -54,13 +54,18 @@ def guided_eps(unet, latents, timesteps, embeds, uncond, guidance_scale: float) 
 @torch.no_grad()
 def sample_ddim_recorded(pipe, family, embeds: torch.Tensor, seeds: Sequence[int], settings, batch_size: int,
                          sde_steps: Sequence[Sequence[int]], eta: float, progress: bool = True,
-                         desc: str = "generate"):
-    """DDIM rollouts whose ``sde_steps[i]`` are eta > 0 steps, recorded; returns (latents, records)."""
-    from rewardloop.sampling.ddim import initial_noise, latent_shape
+                         desc: str = "generate", scheduler=None):
+    """DDIM rollouts whose ``sde_steps[i]`` are eta > 0 steps, recorded; returns (latents, records).
 
-    unet, scheduler, device = pipe.unet, pipe.scheduler, pipe.device
-    scheduler.set_timesteps(settings.steps, device="cpu")
-    timesteps = [int(t) for t in scheduler.timesteps]
+    ``scheduler``: a DDIMScheduler; default one built from the pipeline's schedule for recording
+    (see :func:`rewardloop.sampling.schedulers.build_sampler`), whatever class the pipeline ships.
+    """
+    from rewardloop.sampling.ddim import initial_noise, latent_shape
+    from rewardloop.sampling.schedulers import build_sampler, inference_timesteps
+
+    unet, device = pipe.unet, pipe.device
+    scheduler = scheduler or build_sampler(pipe.scheduler.config, "ddim", recorded=True)
+    timesteps = inference_timesteps(scheduler, settings.steps)
     shape = latent_shape(pipe, settings.resolution)
     use_cfg = settings.guidance_scale > 1.0
     uncond = family.encode(pipe, [""])["prompt_embeds"] if use_cfg else None

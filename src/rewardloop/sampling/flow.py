@@ -19,9 +19,6 @@ from tqdm.auto import tqdm
 from rewardloop.sampling.sde import sde_std, sde_step, transition_log_prob
 from rewardloop.sampling.trajectory import StepRecorder
 
-def is_flow_pipeline(pipe) -> bool:
-    return hasattr(pipe, "transformer") and hasattr(pipe.scheduler.config, "shift")
-
 
 def t5_tokens(pipe) -> int:
     """T5 tokens of the conditioning: the pipeline default with T5; none without (they would all be zeros)."""
@@ -44,10 +41,14 @@ def latent_shape(pipe, resolution: int) -> tuple[int, int, int]:
     return (pipe.transformer.config.in_channels, resolution // factor, resolution // factor)
 
 
-def sigma_schedule(scheduler, steps: int) -> torch.Tensor:
-    """The pipeline's sigmas for ``steps`` steps (length steps + 1, ending at 0), fp32 on the CPU."""
-    scheduler.set_timesteps(steps, device="cpu")
-    return scheduler.sigmas.detach().float().cpu().clone()
+def rollout_sigmas(pipe, scheduler, settings) -> torch.Tensor:
+    """The sigmas a rollout of ``settings.steps`` steps at ``settings.resolution`` steps through (length
+    steps + 1, ending at 0; fp32 on the CPU); the image's token count matters to a dynamically shifted grid."""
+    from rewardloop.sampling.schedulers import flow_sigmas
+
+    _, height, width = latent_shape(pipe, settings.resolution)
+    patch = pipe.transformer.config.patch_size
+    return flow_sigmas(scheduler, settings.steps, (height // patch) * (width // patch))
 
 
 @dataclass
@@ -88,17 +89,21 @@ def unconditional(pipe, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
 @torch.no_grad()
 def sample_flow(pipe, embeds: torch.Tensor, pooled: torch.Tensor, seeds: Sequence[int], settings, batch_size: int,
                 sde_steps: Sequence[Sequence[int]] | None = None, noise_level: float = 0.0,
-                progress: bool = True, desc: str = "generate"):
+                progress: bool = True, desc: str = "generate", scheduler=None):
     """Denoise one image per (embedding row, seed).
 
     Returns (final latents [N, C, h, w] fp32 on the CPU, per-sample records: a list of dicts of the
     keys latents, next_latents, timesteps, sigmas, sigmas_next, std, log_probs stacked over that
-    sample's SDE steps, or None when ``sde_steps`` is None).
+    sample's SDE steps, or None when ``sde_steps`` is None). ``scheduler``: the flow-match Euler
+    grid; default one built from the pipeline's scheduler config.
     """
+    from rewardloop.sampling.schedulers import build_sampler
+
     transformer = pipe.transformer
     device = pipe.device
-    sigmas = sigma_schedule(pipe.scheduler, settings.steps)
-    num_train = pipe.scheduler.config.num_train_timesteps
+    scheduler = scheduler or build_sampler(pipe.scheduler.config, "flow")
+    sigmas = rollout_sigmas(pipe, scheduler, settings)
+    num_train = scheduler.config.num_train_timesteps
     shape = latent_shape(pipe, settings.resolution)
     use_cfg = settings.guidance_scale > 1.0
     sde_steps = [list(s) for s in sde_steps] if sde_steps is not None else None

@@ -54,8 +54,9 @@ def rollout(pipe, family, prompts: pd.DataFrame, seeds: list[list[int]], setting
     import torch
 
     from rewardloop.sampling.ddim import decode_latents
+    from rewardloop.sampling.schedulers import build_sampler, sampler_name
 
-    cond = {k: v.cpu() for k, v in family.encode(pipe, prompts.prompt.tolist()).items()}
+    cond = {k: v.float().cpu() for k, v in family.encode(pipe, prompts.prompt.tolist()).items()}
     rows, row_index = [], []
     for i, (prompt_id, prompt) in enumerate(zip(prompts.prompt_id, prompts.prompt)):
         for group, seed in enumerate(seeds[i]):
@@ -67,8 +68,11 @@ def rollout(pipe, family, prompts: pd.DataFrame, seeds: list[list[int]], setting
         rows, row_index = rows[rows_slice], row_index[rows_slice]
         sde_steps = sde_steps[rows_slice] if sde else None
     row_cond = {k: v[torch.tensor(row_index, dtype=torch.long)] for k, v in cond.items()}
+    # The sampler comes from the shipped scheduler's config, never its class (see sampling.schedulers).
+    scheduler = build_sampler(pipe.scheduler.config, sampler_name(settings.scheduler, family.flow),
+                              recorded=sde is not None)
     latents, records = _sample(pipe, family, row_cond, [r["seed"] for r in rows], settings, batch_size,
-                               sde[0] if sde else 0.0, sde_steps, progress, desc)
+                               sde[0] if sde else 0.0, sde_steps, progress, desc, scheduler)
     images = decode_latents(pipe, latents, batch_size)
     for row, image in zip(rows, images):
         row["image"] = encode_png(image, row["sample_id"] + ".png")
@@ -81,31 +85,33 @@ def rollout(pipe, family, prompts: pd.DataFrame, seeds: list[list[int]], setting
     tensors = {f"{k}/{pid}": v[i] for k, v in cond.items() for i, pid in enumerate(prompts.prompt_id) if pid in used}
     # train.proportion_empty_prompts swaps in the empty prompt's conditioning: cache it too.
     empty = family.encode(pipe, [""])
-    tensors.update({f"{EMPTY_PROMPT}/{k}": v[0].cpu() for k, v in empty.items()})
+    tensors.update({f"{EMPTY_PROMPT}/{k}": v[0].float().cpu() for k, v in empty.items()})
     if sde:
         _add_records(tensors, rows, records, settings)
     if family.flow:  # the timestep grid the rollout stepped from (DiffusionNFT trains at these)
-        from rewardloop.sampling.flow import sigma_schedule
+        from rewardloop.sampling.flow import rollout_sigmas
 
-        tensors["rollout/sigmas"] = sigma_schedule(pipe.scheduler, settings.steps)
+        tensors["rollout/sigmas"] = rollout_sigmas(pipe, scheduler, settings)
     return pd.DataFrame(rows), latents, tensors
 
 
-def _sample(pipe, family, cond, seeds, settings, batch_size, noise_level, sde_steps, progress, desc):
+def _sample(pipe, family, cond, seeds, settings, batch_size, noise_level, sde_steps, progress, desc, scheduler):
     """(final latents, records of the SDE steps or None) by the family's sampler."""
     if family.flow:
         from rewardloop.sampling.flow import sample_flow
 
         return sample_flow(pipe, cond["prompt_embeds"], cond["pooled_embeds"], seeds, settings, batch_size,
-                           sde_steps=sde_steps, noise_level=noise_level, progress=progress, desc=desc)
+                           sde_steps=sde_steps, noise_level=noise_level, progress=progress, desc=desc,
+                           scheduler=scheduler)
     if sde_steps is not None:  # GRPO on SD1.5: DDIM with eta > 0 on the recorded steps (DDPO)
         from rewardloop.sampling.ddim_logprob import sample_ddim_recorded
 
         return sample_ddim_recorded(pipe, family, cond["prompt_embeds"], seeds, settings, batch_size, sde_steps,
-                                    eta=noise_level, progress=progress, desc=desc)
+                                    eta=noise_level, progress=progress, desc=desc, scheduler=scheduler)
     from rewardloop.sampling.ddim import sample_latents
 
-    return sample_latents(pipe, family, cond, seeds, settings, batch_size, progress=progress, desc=desc), None
+    return sample_latents(pipe, family, cond, seeds, settings, batch_size, progress=progress, desc=desc,
+                          scheduler=scheduler), None
 
 
 def _add_records(tensors: dict, rows, records, settings) -> None:

@@ -23,7 +23,8 @@ def run(cfg, iteration, lora_dir, eval_path, metrics_path, threads=1, progress=T
     """cfg: model, prompts, generate, eval, rewards, score, device. ``iteration`` None = base model."""
     metrics = {"iteration": -1 if iteration is None else iteration}
     device = torch_setup(threads, cfg["device"])
-    pipe = models.load_pipeline(cfg["model"], lora_dir=lora_dir, device=device)
+    pipe = models.load_pipeline(cfg["model"], lora_dir=lora_dir, device=device,
+                                dtype=models.torch_dtype(cfg["generate"]["precision"]))
     table = prompts.load_prompts(cfg["prompts"]["eval"], key="prompts.eval")
     seeds = [[sample_seed(s, EVAL_STREAM, i, 0) for s in cfg["eval"]["seeds"]] for i in range(len(table))]
     settings = sampler_settings(cfg["generate"], steps=cfg["eval"]["steps"], eta=0.0)

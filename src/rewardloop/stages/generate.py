@@ -20,6 +20,7 @@ def sampler_settings(generate_cfg, steps=None, eta=None) -> SamplerSettings:
         guidance_scale=generate_cfg["guidance_scale"],
         eta=generate_cfg["eta"] if eta is None else eta,
         resolution=generate_cfg["resolution"],
+        scheduler=generate_cfg["scheduler"],
     )
 
 
@@ -43,7 +44,8 @@ def run(cfg, iteration: int, lora_dir, samples_path, latents_path, metrics_path,
     metrics = {}
     device = torch_setup(threads, cfg["device"])
     with timed(metrics, "perf/model_load_time"):
-        pipe = models.load_pipeline(cfg["model"], lora_dir=lora_dir, device=device)
+        pipe = models.load_pipeline(cfg["model"], lora_dir=lora_dir, device=device,
+                                    dtype=models.torch_dtype(gen["precision"]))
     table = prompts.select_prompts(
         prompts.load_prompts(cfg["prompts"]["train"], key="prompts.train"),
         gen["prompts_per_iteration"], cfg["seed"], iteration,

@@ -41,18 +41,25 @@ def _model_digest(model_dir) -> str:
 
 
 def load_models(model_cfg, adapter: str, reference_kind: str | None, init_dir, device):
-    """(pipeline whose denoiser is trained, frozen reference denoiser or None = the LoRA disabled)."""
+    """(pipeline whose denoiser is trained, frozen reference denoiser or None = the LoRA disabled).
+
+    No text encoder is loaded: training reads the prompt embeddings generate cached.
+    """
+    def load(lora_dir=None):
+        return models.load_pipeline(model_cfg, lora_dir=lora_dir, device=device, text_encoders=False)
+
+    denoiser = get_family(model_cfg["family"]).denoiser
     if adapter == "none":
         # Policy: model(it-1) itself. Reference: the base, or a frozen copy of model(it-1).
-        pipe = models.load_pipeline(model_cfg, lora_dir=init_dir, device=device)
+        pipe = load(init_dir)
         if reference_kind is None:
             return pipe, None
         if reference_kind == "base" and init_dir:
-            return pipe, models.load_pipeline(model_cfg, device=device).unet
-        return pipe, copy.deepcopy(pipe.unet)
-    pipe = models.load_pipeline(model_cfg, device=device)
+            return pipe, getattr(load(), denoiser)
+        return pipe, copy.deepcopy(getattr(pipe, denoiser))
+    pipe = load()
     if reference_kind == "previous" and init_dir:
-        return pipe, models.load_pipeline(model_cfg, lora_dir=init_dir, device=device).unet
+        return pipe, getattr(load(init_dir), denoiser)
     return pipe, None
 
 
