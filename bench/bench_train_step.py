@@ -3,7 +3,9 @@
 The second variant is how the diffusers DPO example trains: VAE-encode both images and run the text
 encoder on every step. Prints pairs/s of both and the ratio (goal >= 1.5).
 Usage: python bench/bench_train_step.py [--model DIR] [--pairs B] [--steps N] [--resolution PX]
-On the real SD1.5 architecture (random weights): see bench/make_sd15_size_model.py.
+On the real SD1.5 architecture (random weights), a full-size replica of stable-diffusion-v1-5:
+    rewardloop build-replica --family sd15 --size full --out /tmp/sd15-full
+    python bench/bench_train_step.py --model /tmp/sd15-full --pairs 1 --steps 2 --resolution 256
 """
 
 from __future__ import annotations

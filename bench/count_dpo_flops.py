@@ -11,14 +11,12 @@ Usage: python bench/count_dpo_flops.py [--resolution 512]
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from make_sd15_size_model import SD15_TEXT, SD15_UNET, SD15_VAE  # noqa: E402
+# The published SD1.5 configs (stable-diffusion-v1-5: unet/, vae/, text_encoder/config.json).
+from rewardloop.models.published import SD15_TEXT_ENCODER, SD15_UNET, SD15_VAE
 
 
 def flops(fn) -> int:
@@ -36,8 +34,8 @@ def main() -> None:
 
     side = args.resolution // 8
     with torch.device("meta"):
-        unet, vae = UNet2DConditionModel(**SD15_UNET), AutoencoderKL(**SD15_VAE)
-        text = CLIPTextModel(CLIPTextConfig(**SD15_TEXT))
+        unet, vae = UNet2DConditionModel.from_config(SD15_UNET), AutoencoderKL.from_config(SD15_VAE)
+        text = CLIPTextModel(CLIPTextConfig.from_dict(dict(SD15_TEXT_ENCODER)))
         latents, embeds, timestep = torch.randn(1, 4, side, side), torch.randn(1, 77, 768), torch.tensor([10])
         image, tokens = torch.randn(1, 3, args.resolution, args.resolution), torch.zeros(1, 77, dtype=torch.long)
     unet_forward = flops(lambda: unet(latents, timestep, embeds))

@@ -14,6 +14,19 @@ def _build_tiny(args) -> None:
     print(f"tiny model written to {args.out}")
 
 
+def _build_replica(args) -> None:
+    import json
+
+    from rewardloop.models.replicas import build_replica
+
+    stats = build_replica(args.family, args.out, size=args.size, seed=args.seed)
+    params = ", ".join(f"{name} {count:,}" for name, count in stats["params"].items())
+    print(f"{args.size} replica of {stats['repo']} written to {args.out} "
+          f"({stats['bytes']['total'] / 1e6:.1f} MB, {stats['wall_s']:.1f} s); parameters: {params}")
+    if args.stats:
+        print(json.dumps(stats, indent=2))
+
+
 def _inspect(args) -> None:
     from rewardloop.inspect import describe
 
@@ -47,6 +60,18 @@ def parser() -> argparse.ArgumentParser:
     build.add_argument("--threads", type=int, default=2, help="torch threads (part of the recipe: same seed and "
                        "threads give a bit-identical model)")
     build.set_defaults(func=_build_tiny)
+
+    replica = commands.add_parser(
+        "build-replica", help="write a random-weight replica of a published checkpoint's layout and configs "
+                              "(sd15: stable-diffusion-v1-5, sdxl: SDXL base 1.0, sd3: SD3.5 Medium)")
+    replica.add_argument("--family", choices=["sd15", "sdxl", "sd3"], required=True)
+    replica.add_argument("--out", required=True, help="output diffusers folder (replaced atomically)")
+    replica.add_argument("--size", choices=["tiny", "full"], default="tiny",
+                         help="tiny: published configs with small widths/depths (CPU tests, seconds); full: the "
+                              "published dimensions (GPU smoke runs, benchmarks; GBs on disk)")
+    replica.add_argument("--seed", type=int, default=0, help="random weights; the same seed gives identical files")
+    replica.add_argument("--stats", action="store_true", help="also print the build stats as JSON")
+    replica.set_defaults(func=_build_replica)
 
     inspect = commands.add_parser("inspect", help="summarise artifacts (Parquet, safetensors, JSON, folders)")
     inspect.add_argument("paths", nargs="+")

@@ -11,6 +11,7 @@ Always load with ``CLIPTokenizer.from_pretrained(dir)``: in transformers 5 const
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Iterable
@@ -108,3 +109,66 @@ def build_tokenizer(out_dir: str | Path, words: Iterable[str] | None = None, max
     tokenizer = CLIPTokenizer.from_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     return CLIPTokenizer.from_pretrained(out_dir)
+
+
+# --- CLIP's real vocabulary (for replicas of published checkpoints) --------------------------
+#
+# open_clip ships OpenAI CLIP's BPE merge list (bpe_simple_vocab_16e6.txt.gz). CLIP uses its first
+# 48,894 merges; its vocabulary is the 256 byte characters, the same with "</w>", one token per
+# merge, then <|startoftext|> (49406) and <|endoftext|> (49407): 49,408 tokens. Written the way
+# the published tokenizer folders hold them, vocab.json and merges.txt come out byte-identical
+# to SD1.5's and SDXL's (published.CLIP_VOCAB_GIT_BLOB / CLIP_MERGES_GIT_BLOB).
+
+CLIP_VOCAB_SIZE = 49408
+CLIP_MERGE_COUNT = CLIP_VOCAB_SIZE - 2 * 256 - 2  # 48,894
+
+
+def clip_bpe_merges() -> list[str]:
+    """CLIP's merge rules ("a b" lines, in rank order), read from the open_clip wheel."""
+    import gzip
+    import importlib.util
+
+    spec = importlib.util.find_spec("open_clip")  # locate the wheel's data without importing it (torch, timm)
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("open_clip (open-clip-torch) is not installed: it ships CLIP's BPE merges")
+    path = Path(next(iter(spec.submodule_search_locations))) / "bpe_simple_vocab_16e6.txt.gz"
+    lines = gzip.decompress(path.read_bytes()).decode("utf-8").split("\n")
+    return lines[1 : 1 + CLIP_MERGE_COUNT]  # line 0 is the file's version header
+
+
+def clip_vocab(merges: list[str] | None = None) -> dict[str, int]:
+    merges = clip_bpe_merges() if merges is None else merges
+    base = list(bytes_to_unicode().values())
+    tokens = base + [c + "</w>" for c in base] + [m.replace(" ", "") for m in merges] + [BOS, EOS]
+    return {token: i for i, token in enumerate(tokens)}
+
+
+def write_clip_vocab(out_dir: str | Path) -> None:
+    """Write CLIP's vocab.json and merges.txt into ``out_dir``, formatted as the published files."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    vocab, merges = _clip_vocab_files()
+    (out_dir / "vocab.json").write_bytes(vocab)
+    (out_dir / "merges.txt").write_bytes(merges)
+
+
+@functools.lru_cache(maxsize=1)
+def _clip_vocab_files() -> tuple[bytes, bytes]:
+    merges = clip_bpe_merges()
+    vocab = json.dumps(clip_vocab(merges), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    return vocab.encode("utf-8"), ("#version: 0.2\n" + "".join(m + "\n" for m in merges)).encode("utf-8")
+
+
+def write_clip_tokenizer(out_dir: str | Path, tokenizer_config: dict, special_tokens_map: dict):
+    """A published-layout CLIP tokenizer folder (vocab.json, merges.txt, tokenizer_config.json,
+    special_tokens_map.json); returns it loaded with ``CLIPTokenizer.from_pretrained``."""
+    from transformers import CLIPTokenizer
+
+    out_dir = Path(out_dir)
+    write_clip_vocab(out_dir)
+    for name, data in (("tokenizer_config.json", tokenizer_config), ("special_tokens_map.json", special_tokens_map)):
+        (out_dir / name).write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    tokenizer = CLIPTokenizer.from_pretrained(out_dir)
+    if len(tokenizer) != CLIP_VOCAB_SIZE:
+        raise RuntimeError(f"{out_dir}: CLIP tokenizer has {len(tokenizer)} tokens, expected {CLIP_VOCAB_SIZE}")
+    return tokenizer

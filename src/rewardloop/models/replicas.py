@@ -1,0 +1,320 @@
+"""Random-weight replicas of the published checkpoints of each family, as diffusers folders.
+
+``build_replica(family, out_dir, size="tiny", seed=0)`` writes a folder with the layout of the
+published checkpoint (``published.PUBLISHED_REPOS``): the same ``model_index.json`` (written from
+the published dict, not by ``save_pretrained``), every component's config with the published keys
+and values, the published scheduler class and config, CLIP's real tokenizer files, a T5 tokenizer
+trained here (:mod:`rewardloop.models.t5_tokenizer`), the published weight files (dtype, fp16
+variants, T5's two shards and index) - and random weights.
+
+* ``size="full"``: the published dimensions (for GPU smoke runs and benchmarks: compute and memory
+  as the real model, quality none).
+* ``size="tiny"``: the same configs with only width and depth keys changed (``WIDTH_DEPTH_KEYS``;
+  the number of UNet/VAE blocks stays, so ``vae_scale_factor`` is 8), small enough to build in
+  seconds and to take a 64x64-pixel generation step on a CPU in well under a second.
+
+Nothing is downloaded. The same seed gives bit-identical files; the folder is written atomically
+(``rewardloop.artifacts.atomic_dir``).
+"""
+
+from __future__ import annotations
+
+import copy
+import gc
+import json
+import os
+import time
+import zlib
+from pathlib import Path
+from typing import Any, Mapping
+
+from rewardloop.artifacts import atomic_dir, default_mode
+from rewardloop.models import published as P
+
+FAMILIES = ("sd15", "sdxl", "sd3")
+SIZES = ("tiny", "full")
+
+# What a tiny replica may change in each kind of config: widths and depths only. A nested
+# config's keys are dotted ("vision_config.hidden_size").
+_CLIP_WIDTH_DEPTH = {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "projection_dim"}
+WIDTH_DEPTH_KEYS: dict[str, frozenset[str]] = {
+    "unet": frozenset({"block_out_channels", "layers_per_block", "attention_head_dim", "cross_attention_dim",
+                       "transformer_layers_per_block", "addition_time_embed_dim",
+                       "projection_class_embeddings_input_dim"}),
+    "transformer": frozenset({"num_layers", "attention_head_dim", "num_attention_heads", "caption_projection_dim",
+                              "joint_attention_dim", "pooled_projection_dim", "dual_attention_layers"}),
+    "vae": frozenset({"block_out_channels", "layers_per_block"}),
+    "clip_text": frozenset(_CLIP_WIDTH_DEPTH),
+    "t5": frozenset({"d_model", "d_ff", "d_kv", "num_heads", "num_layers", "num_decoder_layers"}),
+    "safety_checker": frozenset({"projection_dim"} | {
+        f"{sub}.{key}" for sub in ("text_config", "vision_config", "text_config_dict", "vision_config_dict")
+        for key in _CLIP_WIDTH_DEPTH - {"projection_dim"}}),
+}
+
+# Tiny widths. The two CLIP towers differ in width (as CLIP-L's 768 and bigG's 1280 do) so a mixed
+# up concatenation shows in the shapes; T5's width bounds both CLIP widths together (SD3 pads the
+# CLIP states to T5's width).
+_CLIP_L_TINY = {"hidden_size": 16, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+                "projection_dim": 16}
+_CLIP_G_TINY = {"hidden_size": 32, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
+                "projection_dim": 32}
+_T5_TINY = {"d_model": 64, "d_ff": 128, "d_kv": 16, "num_heads": 4, "num_layers": 2, "num_decoder_layers": 2}
+_VAE_TINY = {"block_out_channels": [32, 32, 32, 32], "layers_per_block": 1}  # 4 blocks: 8x downsampling
+_TIME_EMBED_TINY = 8
+_SAFETY_TINY = {"hidden_size": 16, "intermediate_size": 64, "num_attention_heads": 2, "num_hidden_layers": 2}
+
+TINY_OVERRIDES: dict[str, dict[str, dict]] = {
+    "sd15": {
+        "unet/config.json": {"block_out_channels": [32, 32, 64, 64], "layers_per_block": 1,
+                             "cross_attention_dim": _CLIP_L_TINY["hidden_size"]},
+        "vae/config.json": _VAE_TINY,
+        "text_encoder/config.json": _CLIP_L_TINY,
+        "safety_checker/config.json": {
+            "projection_dim": 16,
+            "text_config": _SAFETY_TINY, "text_config_dict": _SAFETY_TINY,
+            "vision_config": _SAFETY_TINY, "vision_config_dict": _SAFETY_TINY,
+        },
+    },
+    "sdxl": {
+        "unet/config.json": {
+            "block_out_channels": [32, 64, 64], "layers_per_block": 1, "attention_head_dim": [1, 2, 4],
+            "transformer_layers_per_block": [1, 1, 2],
+            "cross_attention_dim": _CLIP_L_TINY["hidden_size"] + _CLIP_G_TINY["hidden_size"],
+            "addition_time_embed_dim": _TIME_EMBED_TINY,
+            "projection_class_embeddings_input_dim": 6 * _TIME_EMBED_TINY + _CLIP_G_TINY["projection_dim"],
+        },
+        "vae/config.json": _VAE_TINY,
+        "text_encoder/config.json": _CLIP_L_TINY,
+        "text_encoder_2/config.json": _CLIP_G_TINY,
+    },
+    "sd3": {
+        "transformer/config.json": {
+            "num_layers": 3, "dual_attention_layers": [0, 1],  # a prefix, as 0..12 of 24: both block kinds occur
+            "attention_head_dim": 8, "num_attention_heads": 4, "caption_projection_dim": 32,
+            "joint_attention_dim": _T5_TINY["d_model"],
+            "pooled_projection_dim": _CLIP_L_TINY["projection_dim"] + _CLIP_G_TINY["projection_dim"],
+        },
+        "vae/config.json": _VAE_TINY,
+        "text_encoder/config.json": _CLIP_L_TINY,
+        "text_encoder_2/config.json": _CLIP_G_TINY,
+        "text_encoder_3/config.json": _T5_TINY,
+    },
+}
+
+# The model components: (config file kind for WIDTH_DEPTH_KEYS, class name).
+_MODEL_KINDS = {
+    "UNet2DConditionModel": "unet", "SD3Transformer2DModel": "transformer", "AutoencoderKL": "vae",
+    "CLIPTextModel": "clip_text", "CLIPTextModelWithProjection": "clip_text", "T5EncoderModel": "t5",
+    "StableDiffusionSafetyChecker": "safety_checker",
+}
+# T5's published shards were cut at transformers 4.41's default of 5 GB.
+FULL_SHARD_SIZE = "5GB"
+SINGLE_FILE = "1000GB"  # the published UNets and transformers are single files (SDXL's is 10.3 GB)
+
+
+class ReplicaError(ValueError):
+    pass
+
+
+def _check(family: str, size: str) -> None:
+    if family not in FAMILIES:
+        raise ReplicaError(f"family: unknown {family!r} (expected one of {', '.join(FAMILIES)})")
+    if size not in SIZES:
+        raise ReplicaError(f"size: unknown {size!r} (expected one of {', '.join(SIZES)})")
+
+
+def _merge(base: dict, override: Mapping) -> dict:
+    out = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def replica_files(family: str, size: str = "tiny") -> dict[str, dict]:
+    """Every JSON file of the replica (path in the folder -> dict), before tokenizer_3's vocabulary."""
+    _check(family, size)
+    files = copy.deepcopy(P.PUBLISHED_FILES[family])
+    if size == "tiny":
+        for path, override in TINY_OVERRIDES[family].items():
+            files[path] = _merge(files[path], override)
+    return files
+
+
+def component_kind(family: str, component: str) -> str:
+    """The WIDTH_DEPTH_KEYS entry of a model component (from its published class)."""
+    return _MODEL_KINDS[P.PUBLISHED_FILES[family]["model_index.json"][component][1]]
+
+
+def flatten(config: Mapping, prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}`` (for diffing nested configs)."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, Mapping) and value:
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def json_text(data) -> str:
+    """A config file's text as the published files are formatted (``json.dumps(indent=2)`` + newline)."""
+    return json.dumps(data, indent=2) + "\n"
+
+
+def _component_seed(seed: int, component: str) -> int:
+    return (seed * 1_000_003 + zlib.crc32(component.encode())) % (2**63)
+
+
+def _instantiate(class_name: str, config: dict):
+    """The model of a component config (random init from torch's global generator)."""
+    if class_name in ("UNet2DConditionModel", "SD3Transformer2DModel", "AutoencoderKL"):
+        import diffusers
+
+        return getattr(diffusers, class_name).from_config(config)
+    if class_name == "StableDiffusionSafetyChecker":
+        from diffusers.pipelines.stable_diffusion.safety_checker import StableDiffusionSafetyChecker
+        from transformers import CLIPConfig
+
+        return StableDiffusionSafetyChecker(CLIPConfig.from_dict(config))
+    import transformers
+
+    config_class = {"T5EncoderModel": transformers.T5Config}.get(class_name, transformers.CLIPTextConfig)
+    return getattr(transformers, class_name)(config_class.from_dict(config))
+
+
+def parameter_count(model) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def _cast(model, dtype: str):
+    """``model.to(dtype)`` without diffusers' warning about modules kept in float32 (none here)."""
+    import torch
+    from diffusers.utils import logging as diffusers_logging
+
+    level = diffusers_logging.get_verbosity()
+    diffusers_logging.set_verbosity_error()
+    try:
+        return model.to(getattr(torch, dtype))
+    finally:
+        diffusers_logging.set_verbosity(level)
+
+
+def _save_weights(model, folder: Path, dtype: str, variant: str | None, max_shard_size: str | int) -> None:
+    from transformers.utils import logging as transformers_logging
+
+    kwargs = {"safe_serialization": True, "max_shard_size": max_shard_size}
+    if variant:
+        kwargs["variant"] = variant
+    bars = transformers_logging.is_progress_bar_enabled()
+    transformers_logging.disable_progress_bar()  # "Writing model shards" for every text encoder
+    try:
+        _cast(model, dtype).save_pretrained(folder, **kwargs)
+    finally:
+        if bars:
+            transformers_logging.enable_progress_bar()
+
+
+def _published_index(folder: Path) -> None:
+    """A shard index as transformers 4.41 wrote T5's: {"metadata": {"total_size"}, "weight_map"}."""
+    for path in folder.glob("*.safetensors.index.json"):
+        index = json.loads(path.read_text())
+        index["metadata"] = {"total_size": index["metadata"]["total_size"]}
+        path.write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
+
+
+def _shard_size_for(model, dtype: str, shards: int) -> int:
+    """A max_shard_size (bytes) that cuts ``model``'s weights into exactly ``shards`` files (tiny)."""
+    from huggingface_hub import split_torch_state_dict_into_shards
+
+    state = _cast(model, dtype).state_dict()
+    total = sum(t.numel() * t.element_size() for t in state.values())
+    step = max(1, total // 1000)
+    for limit in range(step, total + 1, step):  # the smallest limit giving that many shards
+        if len(split_torch_state_dict_into_shards(state, max_shard_size=limit).filename_to_tensors) == shards:
+            return limit
+    raise ReplicaError(f"cannot cut {type(model).__name__} into {shards} shards")
+
+
+def _write_model(folder: Path, class_name: str, config: dict, storage: tuple, size: str, seed: int) -> int:
+    """Instantiate (random weights), save as published, write the published config; params."""
+    import torch
+
+    stem, dtype, fp16_variant, shards = storage
+    default = torch.get_default_dtype()
+    with torch.random.fork_rng(devices=[]):  # the caller's random state is left as it was
+        torch.manual_seed(seed)
+        torch.set_default_dtype(getattr(torch, dtype))  # initialise in the stored dtype (T5-XXL: 9.5 GB, not 19)
+        try:
+            model = _instantiate(class_name, copy.deepcopy(config)).eval()  # from_dict may edit nested dicts
+        finally:
+            torch.set_default_dtype(default)
+    params = parameter_count(model)
+    if shards > 1:
+        limit = FULL_SHARD_SIZE if size == "full" else _shard_size_for(model, dtype, shards)
+    else:
+        limit = SINGLE_FILE
+    _save_weights(model, folder, dtype, None, limit)
+    if fp16_variant:
+        _save_weights(model, folder, "float16", "fp16", limit)
+    del model
+    gc.collect()
+    for extra in ("generation_config.json",):  # not in the published folders
+        (folder / extra).unlink(missing_ok=True)
+    (folder / "config.json").write_text(json_text(config))
+    _published_index(folder)
+    weights = sorted(p.name for p in folder.glob("*.safetensors"))
+    expected = 1 + fp16_variant if shards == 1 else shards
+    if len(weights) != expected or (shards == 1 and f"{stem}.safetensors" not in weights):
+        raise ReplicaError(f"{folder}: wrote {weights}, expected {stem} weights in {shards} shard(s)")
+    return params
+
+
+def build_replica(family: str, out_dir: str | os.PathLike, size: str = "tiny", seed: int = 0) -> dict:
+    """Write the replica of ``family``'s published checkpoint at ``out_dir``; return build stats.
+
+    Stats: ``params`` (per model component), ``bytes`` (per component folder and ``total``) and
+    ``wall_s``. Random weights from ``seed``: the same seed gives bit-identical files.
+    """
+    from rewardloop.models import tokenizer as tok
+    from rewardloop.models.t5_tokenizer import build_t5_tokenizer
+
+    _check(family, size)
+    t0 = time.perf_counter()
+    files = replica_files(family, size)
+    index = files["model_index.json"]
+    params: dict[str, int] = {}
+    out_dir = Path(out_dir)
+    with atomic_dir(out_dir) as tmp:
+        (tmp / "model_index.json").write_text(json_text(index))
+        for component, entry in index.items():
+            if component.startswith("_") or not isinstance(entry, list):
+                continue
+            folder = tmp / component
+            folder.mkdir()
+            class_name = entry[1]
+            if class_name in ("CLIPTokenizer",):
+                tok.write_clip_tokenizer(folder, files[f"{component}/tokenizer_config.json"],
+                                         files[f"{component}/special_tokens_map.json"])
+            elif class_name == "T5TokenizerFast":
+                build_t5_tokenizer(folder, files[f"{component}/tokenizer_config.json"])
+            elif component == "scheduler":
+                (folder / "scheduler_config.json").write_text(json_text(files["scheduler/scheduler_config.json"]))
+            elif component == "feature_extractor":
+                (folder / "preprocessor_config.json").write_text(
+                    json_text(files["feature_extractor/preprocessor_config.json"]))
+            else:
+                params[component] = _write_model(folder, class_name, files[f"{component}/config.json"],
+                                                 P.WEIGHTS[family][component], size,
+                                                 _component_seed(seed, component))
+        mode = default_mode()
+        for path in tmp.rglob("*"):  # save_pretrained leaves its weight files owner-only (0600)
+            if path.is_file():
+                os.chmod(path, mode)
+        sizes = {p.name: sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+                 for p in sorted(tmp.iterdir()) if p.is_dir()}
+        sizes["total"] = sum(f.stat().st_size for f in tmp.rglob("*") if f.is_file())
+    return {"family": family, "size": size, "seed": seed, "repo": P.PUBLISHED_REPOS[family], "params": params,
+            "bytes": sizes, "wall_s": round(time.perf_counter() - t0, 3)}

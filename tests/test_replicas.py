@@ -1,0 +1,353 @@
+"""Replicas of the published checkpoints: layout, configs, tokenizers, weights, loading, generation.
+
+The published values come from rewardloop.models.published (sources cited there); where a file of
+the real checkpoint was at hand (SD1.5, SDXL), its git blob id or LFS byte size is the reference,
+so these tests compare against the published files, not against the dicts that wrote them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from rewardloop.models import published as P
+from rewardloop.models.replicas import (FAMILIES, TINY_OVERRIDES, WIDTH_DEPTH_KEYS, ReplicaError, build_replica,
+                                        component_kind, flatten, json_text, replica_files)
+
+PROMPTS = ["a red circle on a blue background", "A photo of a raccoon eating a sandwich in a park, 4k!",
+           "an astronaut riding a horse on the moon"]
+DENOISER = {"sd15": "unet", "sdxl": "unet", "sd3": "transformer"}
+
+
+def git_blob(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def digests(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny models: threads only add overhead (and contention on shared CPUs)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def replicas(tmp_path_factory, one_thread) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("replicas")
+    out = {}
+    for family in FAMILIES:
+        build_replica(family, root / family, seed=0)
+        out[family] = root / family
+    return out
+
+
+@pytest.fixture(scope="module")
+def pipes(replicas):
+    """Each tiny replica loaded through the project's own loader."""
+    from rewardloop.models.loading import load_pipeline
+
+    return {family: load_pipeline({"family": family, "path": str(path)}, device="cpu")
+            for family, path in replicas.items()}
+
+
+# --- configs ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("family", ["sd15", "sdxl"])
+def test_full_size_configs_are_byte_identical_to_the_published_files(family):
+    files = replica_files(family, "full")
+    assert set(P.CONFIG_GIT_BLOBS[family]) <= set(files)
+    for path, blob in P.CONFIG_GIT_BLOBS[family].items():
+        assert git_blob(json_text(files[path]).encode()) == blob, path
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_written_model_index_and_scheduler_are_the_published_ones(replicas, family):
+    folder = replicas[family]
+    index = json.loads((folder / "model_index.json").read_text())
+    assert index == P.PUBLISHED_FILES[family]["model_index.json"]
+    components = {k for k, v in index.items() if isinstance(v, list)}
+    assert components == {p.name for p in folder.iterdir() if p.is_dir()}  # one folder per component, no more
+    scheduler = (folder / "scheduler" / "scheduler_config.json").read_text()
+    assert json.loads(scheduler) == P.PUBLISHED_FILES[family]["scheduler/scheduler_config.json"]
+    for path, blob in P.CONFIG_GIT_BLOBS.get(family, {}).items():
+        if path not in TINY_OVERRIDES[family]:  # every file a tiny replica does not resize: byte-identical
+            assert git_blob((folder / path).read_bytes()) == blob, path
+
+
+def test_published_component_tables():
+    def table(family):
+        return {k: tuple(v) for k, v in P.PUBLISHED_FILES[family]["model_index.json"].items() if isinstance(v, list)}
+
+    assert table("sd15")["safety_checker"] == ("stable_diffusion", "StableDiffusionSafetyChecker")
+    assert table("sd15")["feature_extractor"] == ("transformers", "CLIPImageProcessor")
+    assert table("sdxl")["text_encoder_2"] == ("transformers", "CLIPTextModelWithProjection")
+    assert P.SDXL_MODEL_INDEX["force_zeros_for_empty_prompt"] is True
+    assert table("sd3")["text_encoder_3"] == ("transformers", "T5EncoderModel")
+    assert table("sd3")["tokenizer_3"] == ("transformers", "T5TokenizerFast")
+    assert {table(f)["scheduler"][1] for f in FAMILIES} == {"PNDMScheduler", "EulerDiscreteScheduler",
+                                                           "FlowMatchEulerDiscreteScheduler"}
+    assert P.SD3_SCHEDULER["shift"] == 3.0
+    assert P.SD3_TRANSFORMER["dual_attention_layers"] == list(range(13)) and P.SD3_TRANSFORMER["num_layers"] == 24
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_tiny_configs_differ_from_published_only_in_width_and_depth(replicas, family):
+    for path, published in P.PUBLISHED_FILES[family].items():
+        written = json.loads((replicas[family] / path).read_text()) if path != "tokenizer_3/tokenizer_config.json" \
+            else None
+        if written is None:
+            continue
+        full, tiny = flatten(published), flatten(written)
+        assert set(full) == set(tiny), path  # no key added or dropped
+        changed = {k for k in full if full[k] != tiny[k]}
+        if path in TINY_OVERRIDES[family]:
+            allowed = WIDTH_DEPTH_KEYS[component_kind(family, path.split("/")[0])]
+            assert changed and changed <= allowed, (path, changed - allowed)
+        else:
+            assert not changed, (path, changed)
+
+
+def test_tiny_sd3_keeps_both_block_kinds(pipes):
+    config = pipes["sd3"].transformer.config
+    dual = config.dual_attention_layers
+    assert 0 < len(dual) < config.num_layers and list(dual) == list(range(len(dual)))  # a proper prefix
+    assert config.qk_norm == "rms_norm" and config.patch_size == 2 and config.pos_embed_max_size == 384
+
+
+# --- loading -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_components_load_with_their_published_classes(replicas, pipes, family):
+    import diffusers
+    import transformers
+
+    index = P.PUBLISHED_FILES[family]["model_index.json"]
+    plain = type(pipes[family]).from_pretrained(replicas[family], dtype=torch.float32)
+    for pipe in (pipes[family], plain):
+        for name, (library, class_name) in ((k, v) for k, v in index.items() if isinstance(v, list)):
+            if family == "sd15" and name == "safety_checker" and pipe is pipes[family]:
+                assert pipe.safety_checker is None  # the project's loader turns it off
+                continue
+            module = {"diffusers": diffusers, "transformers": transformers,
+                      "stable_diffusion": diffusers.pipelines.stable_diffusion}[library]
+            expected = getattr(module, class_name)
+            assert isinstance(getattr(pipe, name), expected), (name, type(getattr(pipe, name)))
+    assert pipes[family].vae_scale_factor == 8
+
+
+@pytest.mark.parametrize("family, scale, shift, channels", [("sd15", 0.18215, None, 4), ("sdxl", 0.13025, None, 4),
+                                                            ("sd3", 1.5305, 0.0609, 16)])
+def test_vae_latent_contract(pipes, family, scale, shift, channels):
+    vae = pipes[family].vae
+    assert vae.config.scaling_factor == scale and vae.config.latent_channels == channels
+    assert vae.config.force_upcast is True
+    assert vae.config.get("shift_factor") == shift
+    assert (vae.quant_conv is None) == (family == "sd3")
+
+
+@pytest.mark.parametrize("family", ["sd15", "sdxl"])
+def test_fp16_variant_loads_and_matches_the_main_weights(replicas, pipes, family):
+    cls = type(pipes[family])
+    half = cls.from_pretrained(replicas[family], variant="fp16", dtype=torch.float16,
+                               **({"safety_checker": None} if family == "sd15" else {}))
+    for name in P.WEIGHTS[family]:
+        if name == "safety_checker":
+            continue
+        main = dict(getattr(pipes[family], name).named_parameters())
+        for key, value in getattr(half, name).named_parameters():
+            assert value.dtype == torch.float16
+            assert torch.equal(value, main[key].half()), (name, key)
+
+
+def test_sd3_storage_as_published(replicas):
+    from safetensors import safe_open
+
+    folder = replicas["sd3"]
+    assert not list(folder.rglob("*.fp16.safetensors"))  # SD3.5-M publishes no variants
+    t5 = sorted(p.name for p in (folder / "text_encoder_3").iterdir())
+    assert t5 == ["config.json", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
+                  "model.safetensors.index.json"]
+    index = json.loads((folder / "text_encoder_3" / "model.safetensors.index.json").read_text())
+    assert set(index["weight_map"].values()) == {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"}
+    for component, (stem, dtype, _, _) in P.WEIGHTS["sd3"].items():
+        for path in (folder / component).glob("*.safetensors"):
+            with safe_open(path, "pt") as fh:
+                assert {fh.get_slice(k).get_dtype() for k in fh.keys()} == {{"bfloat16": "BF16", "float16": "F16"}[dtype]}
+
+
+# --- tokenizers --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_clip_tokenizers_are_clips(replicas, pipes, family):
+    from open_clip.tokenizer import SimpleTokenizer
+
+    reference = SimpleTokenizer()  # open_clip's own BPE implementation, same merges file
+    pipe = pipes[family]
+    for name in ("tokenizer", "tokenizer_2"):
+        if not hasattr(pipe, name):
+            continue
+        folder = replicas[family] / name
+        assert git_blob((folder / "vocab.json").read_bytes()) == P.CLIP_VOCAB_GIT_BLOB
+        assert git_blob((folder / "merges.txt").read_bytes()) == P.CLIP_MERGES_GIT_BLOB
+        tokenizer = getattr(pipe, name)
+        assert len(tokenizer) == 49408 and tokenizer.model_max_length == 77
+        for prompt in PROMPTS:
+            if name == "tokenizer_2":  # its pad token "!" is a special token: a "!" in the text becomes pad
+                assert tokenizer(prompt).input_ids.count(0) == prompt.count("!")
+                prompt = prompt.replace("!", "")
+            assert tokenizer(prompt).input_ids == [49406, *reference.encode(prompt), 49407]
+        padded = tokenizer(PROMPTS[0], padding="max_length", max_length=77).input_ids
+        assert len(padded) == 77
+        assert tokenizer.pad_token == ("!" if name == "tokenizer_2" else "<|endoftext|>")
+        assert padded[-1] == (0 if name == "tokenizer_2" else 49407)
+
+
+def test_t5_tokenizer(replicas, pipes):
+    from transformers import T5TokenizerFast
+
+    from rewardloop.models.t5_tokenizer import train_spiece
+
+    assert train_spiece() == train_spiece()  # training is deterministic
+    folder = replicas["sd3"] / "tokenizer_3"
+    assert (folder / "spiece.model").read_bytes() == train_spiece()
+    assert sorted(p.name for p in folder.iterdir()) == ["special_tokens_map.json", "spiece.model", "tokenizer.json",
+                                                        "tokenizer_config.json"]
+    tokenizer = pipes["sd3"].tokenizer_3
+    assert isinstance(tokenizer, T5TokenizerFast) and tokenizer.model_max_length == 512
+    assert (tokenizer.pad_token_id, tokenizer.eos_token_id, tokenizer.unk_token_id) == (0, 1, 2)
+    assert (tokenizer.pad_token, tokenizer.eos_token, tokenizer.unk_token) == ("<pad>", "</s>", "<unk>")
+    assert tokenizer.convert_tokens_to_ids("<extra_id_0>") == len(tokenizer) - 1
+    assert tokenizer.convert_tokens_to_ids("<extra_id_99>") == len(tokenizer) - 100
+    assert len(tokenizer) > 1000
+    for prompt in PROMPTS:
+        ids = tokenizer(prompt).input_ids
+        assert ids[-1] == 1 and 1 not in ids[:-1] and tokenizer.unk_token_id not in ids
+        assert tokenizer.decode(ids, skip_special_tokens=True) == prompt
+    assert len(tokenizer(PROMPTS[1], padding="max_length", max_length=256).input_ids) == 256
+
+
+def test_sd3_prompt_embeddings_have_clip_plus_t5_tokens(pipes):
+    pipe = pipes["sd3"]
+    embeds, _, pooled, _ = pipe.encode_prompt(prompt=PROMPTS, prompt_2=None, prompt_3=None,
+                                              max_sequence_length=256, do_classifier_free_guidance=False)
+    joint = pipe.transformer.config.joint_attention_dim
+    assert embeds.shape == (len(PROMPTS), 77 + 256, joint)
+    assert pooled.shape == (len(PROMPTS), pipe.transformer.config.pooled_projection_dim)
+    assert embeds[:, 77:].abs().sum() > 0  # the T5 part is not padding
+
+
+# --- generation --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_plain_pipeline_call_runs(replicas, family, one_thread):
+    cls = {"sd15": "StableDiffusionPipeline", "sdxl": "StableDiffusionXLPipeline", "sd3": "StableDiffusion3Pipeline"}
+    import diffusers
+
+    # dtype given: transformers 5 loads a text encoder in its config's torch_dtype otherwise (SDXL's and
+    # SD3's published configs say float16), next to a float32 denoiser
+    pipe = getattr(diffusers, cls[family]).from_pretrained(replicas[family], dtype=torch.float32)
+    pipe.set_progress_bar_config(disable=True)
+    image = pipe(PROMPTS[0], height=64, width=64, num_inference_steps=2).images[0]
+    assert image.size == (64, 64)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_64px_denoiser_step_is_fast(pipes, family, one_thread):
+    from rewardloop.models.families import get_family
+
+    pipe, fam = pipes[family], get_family(family)
+    cond = fam.encode(pipe, PROMPTS[:1])
+    denoiser = getattr(pipe, fam.denoiser)
+    latents = torch.randn(1, denoiser.config.in_channels, 8, 8)
+    with torch.no_grad():
+        if fam.flow:
+            step = lambda: denoiser(latents, encoder_hidden_states=cond["prompt_embeds"],  # noqa: E731
+                                    pooled_projections=cond["pooled_embeds"], timestep=torch.tensor([500.0]))
+        else:
+            step = lambda: denoiser(latents, torch.tensor([500]), **fam.unet_kwargs(cond, 64))  # noqa: E731
+        step()
+        started = time.perf_counter()
+        out = step().sample
+        elapsed = time.perf_counter() - started
+    assert out.shape == latents.shape
+    assert elapsed < 1.0  # tens of milliseconds on one core
+
+
+# --- determinism, CLI, errors --------------------------------------------------------------------
+
+
+def test_same_seed_same_bytes_other_seed_other_weights(replicas, tmp_path, one_thread):
+    build_replica("sd3", tmp_path / "again", seed=0)
+    build_replica("sd3", tmp_path / "other", seed=1)
+    first, again, other = digests(replicas["sd3"]), digests(tmp_path / "again"), digests(tmp_path / "other")
+    assert again == first
+    changed = {path for path in first if other[path] != first[path]}
+    assert changed == {path for path in first if path.endswith(".safetensors")}
+    from rewardloop.artifacts import default_mode
+
+    modes = {(tmp_path / "again" / path).stat().st_mode & 0o777 for path in first}
+    assert modes == {default_mode()}  # the weights too (save_pretrained writes them owner-only)
+
+
+def test_cli_builds_a_replica(tmp_path, capsys, one_thread):
+    from rewardloop.cli import main
+
+    out = tmp_path / "sdxl-tiny"
+    assert main(["build-replica", "--family", "sdxl", "--out", str(out), "--seed", "2"]) == 0
+    assert "stabilityai/stable-diffusion-xl-base-1.0" in capsys.readouterr().out
+    assert json.loads((out / "model_index.json").read_text()) == P.SDXL_MODEL_INDEX
+    assert (out / "unet" / "diffusion_pytorch_model.fp16.safetensors").is_file()
+    with pytest.raises(SystemExit):
+        main(["build-replica", "--family", "sd2", "--out", str(tmp_path / "x")])
+
+
+def test_unknown_size_writes_nothing(tmp_path):
+    with pytest.raises(ReplicaError, match="size"):
+        build_replica("sd15", tmp_path / "x", size="medium")
+    assert not any(tmp_path.iterdir())
+
+
+# --- full size (meta device: no memory, no compute) ----------------------------------------------
+
+
+def _full_components():
+    return [(family, component) for family in FAMILIES for component in P.WEIGHTS[family]]
+
+
+def _meta_model(family, component):
+    from rewardloop.models.replicas import _instantiate
+
+    files = replica_files(family, "full")
+    with torch.device("meta"):
+        return _instantiate(files["model_index.json"][component][1], files[f"{component}/config.json"])
+
+
+@pytest.mark.parametrize("family, component", _full_components())
+def test_full_size_matches_published_parameter_counts_and_file_sizes(family, component):
+    model = _meta_model(family, component)
+    params = sum(p.numel() for p in model.parameters())
+    stored = sum(t.numel() for t in model.state_dict().values())  # what the weights file holds
+    if (family, component) in P.PARAMETERS:
+        assert params == P.PARAMETERS[family, component]
+    for path, size in P.LFS_SIZES.get(family, {}).items():
+        if path.startswith(component + "/"):
+            per_element = 2 if ".fp16." in path else 4
+            header = size - per_element * stored  # a safetensors header: names, shapes, offsets
+            assert 0 < header < 256 * 1024, (path, header)
+    if (family, component) in P.ROUNDED_PARAMETERS:
+        figure, tolerance = P.ROUNDED_PARAMETERS[family, component]
+        assert abs(stored - figure) <= tolerance
