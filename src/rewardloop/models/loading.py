@@ -174,18 +174,8 @@ def load_pipeline(model_cfg: Mapping, lora_dir: str | None = None, device="cpu",
     except (OSError, ValueError) as exc:
         raise ModelError(f"model.path: cannot load {source} as {cls.__name__} ({exc})") from exc
     if lora_dir:
-        load_lora_fused(pipe, lora_dir)
+        from rewardloop.models.lora import load_lora_fused
+
+        load_lora_fused(pipe, family, lora_dir)
     pipe.set_progress_bar_config(disable=True)
     return pipe.to(device)
-
-
-def load_lora_fused(pipe, lora_dir: str) -> None:
-    weights = Path(lora_dir) / LORA_WEIGHTS
-    if not weights.is_file():
-        raise ModelError(f"{weights}: LoRA weights not found")
-    try:
-        pipe.load_lora_weights(str(lora_dir), weight_name=LORA_WEIGHTS, adapter_name="rewardloop")
-    except Exception as exc:
-        raise ModelError(f"{weights}: does not fit model {pipe.name_or_path} ({exc})") from exc
-    pipe.fuse_lora(adapter_names=["rewardloop"])
-    pipe.unload_lora_weights()

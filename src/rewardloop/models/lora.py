@@ -10,10 +10,12 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Mapping
+from typing import Iterator, Mapping
 
 from rewardloop.artifacts import sort_safetensors_header
+from rewardloop.models.families import get_family
 from rewardloop.models.loading import LORA_WEIGHTS, ModelError, denoiser_name, pipeline_class, tensor_shapes
 
 # A diffusers-format LoRA key: <denoiser>.<module>.lora.{down,up}.weight (or peft's lora_{A,B}).
@@ -73,7 +75,12 @@ def save_lora(unet, family: str, lora_cfg: Mapping, out_dir: str | os.PathLike) 
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    layers = convert_state_dict_to_diffusers(get_peft_model_state_dict(unet))
+    layers = get_peft_model_state_dict(unet)
+    if not get_family(family).flow:
+        # UNets: diffusers' lora.down/up names, as its SD1.5/SDXL LoRA scripts save them. A transformer keeps
+        # peft's lora_A/B (diffusers' SD3 script): converted, its attention projections would become lora.down
+        # beside add_*_proj's lora_A, and diffusers' loader, which reads the format off one key, drops them.
+        layers = convert_state_dict_to_diffusers(layers)
     layers = {k: v.detach().float().cpu().contiguous() for k, v in layers.items()}
     adapter_metadata = lora_config(lora_cfg).to_dict()
     # peft keeps the targets as a set, whose order changes with Python's hash seed: sorted, two
@@ -89,6 +96,49 @@ def save_lora(unet, family: str, lora_cfg: Mapping, out_dir: str | os.PathLike) 
         sort_safetensors_header(Path(tmp) / LORA_WEIGHTS)
         os.replace(Path(tmp) / LORA_WEIGHTS, out_dir / LORA_WEIGHTS)
     return out_dir / LORA_WEIGHTS
+
+
+def load_lora_fused(pipe, family, lora_dir: str) -> None:
+    """Load the LoRA at ``lora_dir`` into ``pipe`` and fuse it into the denoiser's weights; every layer of
+    the file must land (diffusers skips the layers it cannot place with no more than a warning)."""
+    weights = Path(lora_dir) / LORA_WEIGHTS
+    if not weights.is_file():
+        raise ModelError(f"{weights}: LoRA weights not found")
+    layers = {m["module"] for m in map(_LORA_KEY.match, tensor_shapes(weights))
+              if m and m["prefix"] == family.denoiser}
+    with _consistent_names(weights) as folder:
+        try:
+            pipe.load_lora_weights(str(folder), weight_name=LORA_WEIGHTS, adapter_name="rewardloop")
+        except Exception as exc:
+            raise ModelError(f"{weights}: does not fit model {pipe.name_or_path} ({exc})") from exc
+    denoiser = getattr(pipe, family.denoiser)
+    placed = {name for name, module in denoiser.named_modules() if "rewardloop" in getattr(module, "lora_A", {})}
+    missing = sorted(layers - placed)
+    if missing or not placed:
+        raise ModelError(f"{weights}: {len(missing)} of its {len(layers)} LoRA layers did not load into the "
+                         f"{family.denoiser} (first: {missing[:1]})")
+    pipe.fuse_lora(adapter_names=["rewardloop"])
+    pipe.unload_lora_weights()
+
+
+@contextmanager
+def _consistent_names(weights: Path) -> Iterator[Path]:
+    """The LoRA's folder, or a temporary copy whose keys all use peft's lora_A/B names when the file mixes
+    them with lora.down/up (SD3 LoRAs saved before save_lora kept peft's names), metadata kept."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    keys = tensor_shapes(weights)
+    if not any(".lora.down." in k for k in keys) or not any(".lora_A." in k for k in keys):
+        yield weights.parent
+        return
+    with safe_open(str(weights), framework="pt") as handle:
+        metadata = handle.metadata()
+        tensors = {k.replace(".lora.down.", ".lora_A.").replace(".lora.up.", ".lora_B."): handle.get_tensor(k)
+                   for k in handle.keys()}
+    with tempfile.TemporaryDirectory(prefix=".tmp-lora-") as tmp:
+        save_file(tensors, str(Path(tmp) / LORA_WEIGHTS), metadata=metadata)
+        yield Path(tmp)
 
 
 def _targeted(module: str, targets) -> bool:
