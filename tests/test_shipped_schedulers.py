@@ -151,3 +151,23 @@ def test_flow_grid_follows_a_dynamically_shifted_config_as_the_sd3_pipeline_does
     assert torch.allclose(ours, pipe.scheduler.sigmas.float())
     plain = rollout_sigmas(pipe, build_sampler(config, "flow"), settings)
     assert not torch.allclose(ours, plain)  # the shift is not a no-op at this size
+
+
+@pytest.mark.parametrize("family", ["sd15", "sdxl"])
+def test_a_published_layout_replica_rolls_out_as_with_ddim_shipped(tmp_path, family):
+    """The replicas ship the published PNDM (SD1.5) and Euler (SDXL) configs: the same weights shipped
+    with DDIM on the same schedule give the same rollouts, eta 1 (DPO) and recorded (GRPO, SD1.5) alike."""
+    from rewardloop.models.replicas import build_replica
+
+    replica = tmp_path / "replica"
+    build_replica(family, replica)
+    shipped = json.loads((replica / "scheduler/scheduler_config.json").read_text())
+    assert shipped["_class_name"] == {"sd15": "PNDMScheduler", "sdxl": "EulerDiscreteScheduler"}[family]
+    ddim = {k: v for k, v in shipped.items() if k not in ("skip_prk_steps", "interpolation_type", "use_karras_sigmas")}
+    ddim_copy = shipped_with(replica, tmp_path, {**ddim, "_class_name": "DDIMScheduler"})
+    settings = SamplerSettings(steps=10, guidance_scale=5.0, eta=1.0, resolution=64)
+    sde = (1.0, [[0, 9], [4], [8, 9], [9]]) if family == "sd15" else None
+    _, published, published_tensors = rollouts(replica, family, settings, sde)
+    _, ours, ours_tensors = rollouts(ddim_copy, family, settings, sde)
+    assert torch.equal(published, ours)
+    assert all(torch.equal(published_tensors[k], ours_tensors[k]) for k in published_tensors)

@@ -27,6 +27,13 @@ def _build_replica(args) -> None:
         print(json.dumps(stats, indent=2))
 
 
+def _smoke_overlay(args) -> None:
+    from rewardloop.smoke.overlay import write_overlay
+
+    path = write_overlay(args.recipe, args.out, assets=args.assets)
+    print(f"overlay written to {path}; run:\n  snakemake --cores 2 --configfile {args.recipe} {path}")
+
+
 def _inspect(args) -> None:
     from rewardloop.inspect import describe
 
@@ -72,6 +79,15 @@ def parser() -> argparse.ArgumentParser:
     replica.add_argument("--seed", type=int, default=0, help="random weights; the same seed gives identical files")
     replica.add_argument("--stats", action="store_true", help="also print the build stats as JSON")
     replica.set_defaults(func=_build_replica)
+
+    smoke = commands.add_parser(
+        "smoke-overlay", help="write a --configfile overlay that runs one short iteration of a recipe on a tiny "
+                              "replica of its model family and stand-ins of its reward models (no download)")
+    smoke.add_argument("--recipe", required=True, help="the recipe, e.g. configs/sd15_pickscore_dpo.yaml")
+    smoke.add_argument("--out", required=True, help="folder for overlay.yaml and the recipe's first prompts")
+    smoke.add_argument("--assets", default=None, help="folder of the replicas and reward stand-ins, built once and "
+                                                      "shared by several overlays (default: OUT/assets)")
+    smoke.set_defaults(func=_smoke_overlay)
 
     inspect = commands.add_parser("inspect", help="summarise artifacts (Parquet, safetensors, JSON, folders)")
     inspect.add_argument("paths", nargs="+")

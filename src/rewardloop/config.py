@@ -66,6 +66,14 @@ def _message(error: jsonschema.ValidationError) -> str:
 
 def validate(config: dict) -> dict:
     """Validate ``config`` in place (defaults filled) and return it; raise ConfigError on failure."""
+    complete(config)
+    check_semantics(config)
+    return config
+
+
+def complete(config: dict) -> dict:
+    """``config`` checked against the schema and completed in place (defaults, family defaults), without
+    the checks of files on disk (``validate`` does both)."""
     _drop_null_rewards(config)
     refuse_moved_keys(config)
     errors = sorted(_Validator(load_schema()).iter_errors(config), key=lambda e: list(e.path))
@@ -76,7 +84,6 @@ def validate(config: dict) -> dict:
     # Only the chosen objective's section stays: the others' options would be params of no use.
     for name in [k for k in config["train"] if k != config["train"]["loss"] and k in _objective_names()]:
         del config["train"][name]
-    check_semantics(config)
     return config
 
 
