@@ -1,0 +1,187 @@
+"""GPU smoke and benchmark: one shortened iteration of each GPU recipe on full-size replicas, no download.
+
+For each recipe (EXPO's DPO on SD1.5 and SDXL, Flow-GRPO and DiffusionNFT on SD3.5-Medium) this
+builds a ``--size full`` replica of the family's published checkpoint (random weights, the real
+dimensions: models/replicas.py), points the recipe at it with its smoke overlay (tiny reward
+stand-ins: the reward models are not what is measured) at the recipe's own resolution, precision,
+adapter and objective, and runs generate -> score -> pairs | advantages -> train in this process,
+stage by stage. It prints, per recipe:
+- rollout images/s, and training pairs/s (DPO) or samples/s (GRPO, NFT);
+- peak GPU memory of each stage (torch.cuda.max_memory_allocated);
+- model FLOP utilisation: the denoiser's forward FLOPs (torch's FlopCounterMode on meta tensors, as
+  bench/count_dpo_flops.py counts them) times the forwards a stage runs, over its time and the
+  device's dense bf16 peak (``--peak-tflops``, H100/H200 SXM: 989). A backward counts as two
+  forwards; the counts per objective are in ``TRAIN_FORWARDS``.
+On one H200 the whole run is meant to take under 10 minutes (most of it building and saving the
+replicas). ``--size tiny --device cpu`` runs the same on a CPU in a few minutes (figures
+meaningless): tests/test_gpu_smoke.py does, so the script works the day a GPU is at hand.
+Usage: python bench/gpu_smoke.py [--out /tmp/rewardloop-gpu-smoke] [--recipes a,b] [--size full]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import time
+from pathlib import Path
+
+import torch
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPES = ["sd15_pickscore_dpo", "sdxl_pickscore_dpo", "sd35m_ocr_grpo", "sd35m_pickscore_nft"]
+# Shortened iteration: few prompts and steps, the recipe's resolution, batch sizes and precision kept.
+GPU_SIZES = {"generate": {"prompts_per_iteration": 4, "images_per_prompt": 4, "steps": 10},
+             "train": {"steps": 4, "gradient_accumulation_steps": 1, "checkpointing_steps": 1000},
+             "eval": {"seeds": [0], "steps": 10}}
+# Forward-equivalents per trained sample (pair for DPO) and recorded step or timestep; backward = 2 forwards.
+TRAIN_FORWARDS = {
+    "dpo": 2 * 3 + 2,  # policy forward + backward on chosen and rejected, the reference's forward on both
+    "sft": 3,  # policy forward + backward on the chosen image
+    "grpo": 3 + 1,  # policy forward + backward on a recorded step, the reference's forward (KL)
+    "nft": 3 + 1 + 1,  # policy forward + backward, the old policy's forward, the reference's (KL)
+}
+
+
+def denoiser_forward_flops(model_dir: Path, family, resolution: int, tokens: int) -> int:
+    """FLOPs of one denoiser forward on one latent at ``resolution``: the model folder's configs, built on
+    meta tensors (nothing is allocated or computed)."""
+    import diffusers
+    from torch.utils.flop_counter import FlopCounterMode
+
+    config = json.loads((model_dir / family.denoiser / "config.json").read_text())
+    vae = json.loads((model_dir / "vae" / "config.json").read_text())
+    side = resolution // 2 ** (len(vae["block_out_channels"]) - 1)
+    with torch.device("meta"):
+        model = getattr(diffusers, config["_class_name"]).from_config(config)
+        latents = torch.randn(1, config["in_channels"], side, side)
+        if family.flow:
+            kwargs = dict(encoder_hidden_states=torch.randn(1, tokens, config["joint_attention_dim"]),
+                          pooled_projections=torch.randn(1, config["pooled_projection_dim"]),
+                          timestep=torch.tensor([500.0]))
+            args = (latents,)
+        else:
+            cond = {"prompt_embeds": torch.randn(1, tokens, config["cross_attention_dim"])}
+            if family.name == "sdxl":
+                pooled = config["projection_class_embeddings_input_dim"] - 6 * config["addition_time_embed_dim"]
+                cond["pooled_embeds"] = torch.randn(1, pooled)
+            kwargs, args = family.unet_kwargs(cond, resolution), (latents, torch.tensor([500]))
+    with FlopCounterMode(display=False) as counter:
+        model(*args, **kwargs)
+    return counter.get_total_flops()
+
+
+class Stage:
+    """Times a stage and reads its peak GPU memory."""
+
+    def __init__(self, name: str, cuda: bool):
+        self.name, self.cuda = name, cuda
+
+    def __enter__(self):
+        if self.cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        self.started = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        if self.cuda:
+            torch.cuda.synchronize()
+        self.seconds = time.perf_counter() - self.started
+        self.peak_gb = torch.cuda.max_memory_allocated() / 1e9 if self.cuda else float("nan")
+
+
+def run_recipe(name: str, out: Path, assets: Path, size: str, device: str) -> dict:
+    from rewardloop.artifacts import read_table, read_tensors
+    from rewardloop.config import deep_merge, load
+    from rewardloop.models.families import get_family
+    from rewardloop.objectives import get_objective
+    from rewardloop.smoke.overlay import recipe_config, write_overlay
+    from rewardloop.stages import advantages, generate, pairs, score, train
+
+    recipe = ROOT / "configs" / f"{name}.yaml"
+    own = recipe_config(recipe)
+    overlay = yaml.safe_load(write_overlay(recipe, out / name, assets=assets, size=size).read_text())
+    # full size: the recipe's resolution and batch sizes; tiny: the overlay's (a CPU run of this script)
+    kept = {"generate": {k: own["generate"][k] for k in ("resolution", "batch_size")},
+            "train": {"batch_size": own["train"]["batch_size"]}} if size == "full" else {}
+    sizes = deep_merge(GPU_SIZES, kept)
+    cfg = load(recipe, deep_merge(deep_merge(overlay, sizes), {"device": device}))
+    family, objective = get_family(cfg["model"]["family"]), get_objective(cfg["train"]["loss"])
+    it = out / name / "iter_000"
+    it.mkdir(parents=True, exist_ok=True)
+    cuda = device.startswith("cuda")
+    stages = {}
+    with Stage("generate", cuda) as stages["generate"]:
+        generate.run(cfg, 0, None, it / "samples.parquet", it / "latents.safetensors", it / "generate.json",
+                     threads=8, progress=False, record_sde=objective.records_steps)
+    with Stage("score", cuda) as stages["score"]:
+        score.run(cfg, it / "samples.parquet", it / "scores.parquet", it / "score.json", progress=False)
+    signal = it / f"{objective.signal}.parquet"
+    if objective.signal == "pairs":
+        pairs.run(cfg, it / "scores.parquet", signal, it / "pairs.json")
+    else:
+        advantages.run(cfg, it / "scores.parquet", signal, it / "advantages.json", objective.keeps_tied_groups)
+    with Stage("train", cuda) as stages["train"]:
+        train.run(cfg, 0, signal, it / "latents.safetensors", None, it / "train", it / "state", it / "train.json",
+                  threads=8, progress=False)
+    metrics = json.loads((it / "train.json").read_text())
+    gen = cfg["generate"]
+    images = gen["prompts_per_iteration"] * gen["images_per_prompt"]
+    cfg_passes = 2 if gen["guidance_scale"] > 1 else 1
+    embeds = read_tensors(it / "latents.safetensors")[f"prompt_embeds/{read_table(it / 'samples.parquet').column('prompt_id')[0]}"]
+    forward = denoiser_forward_flops(Path(cfg["model"]["path"]), family, gen["resolution"], embeds.shape[0])
+    trained = metrics.get("pairs", metrics.get("samples", 0))
+    per_sample = gen["steps"] if not objective.records_steps else gen["sde"]["num_sde_steps"]
+    if objective.signal == "pairs":
+        train_units, unit = cfg["train"]["steps"] * cfg["train"]["batch_size"], "pairs"
+        train_flops = train_units * TRAIN_FORWARDS[objective.name] * forward
+    else:
+        steps = per_sample if objective.records_steps else max(1, int(gen["steps"] * 0.99))
+        train_units, unit = trained, "samples"
+        train_flops = trained * steps * TRAIN_FORWARDS[objective.name] * forward * (cfg_passes if objective.records_steps else 1)
+    rollout_flops = images * gen["steps"] * cfg_passes * forward
+    return {"recipe": name, "family": family.name, "resolution": gen["resolution"],
+            "precision": gen["precision"], "forward_tflop": forward / 1e12,
+            "rollout_images_per_s": images / stages["generate"].seconds,
+            f"train_{unit}_per_s": train_units / stages["train"].seconds,
+            "rollout_tflops": rollout_flops / stages["generate"].seconds / 1e12,
+            "train_tflops": train_flops / stages["train"].seconds / 1e12,
+            **{f"{s}_peak_gb": stage.peak_gb for s, stage in stages.items()},
+            **{f"{s}_s": stage.seconds for s, stage in stages.items()}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=Path("/tmp/rewardloop-gpu-smoke"))
+    parser.add_argument("--recipes", default=",".join(RECIPES))
+    parser.add_argument("--size", choices=["full", "tiny"], default="full")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--peak-tflops", type=float, default=989.0, help="the device's dense bf16 peak")
+    args = parser.parse_args()
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        parser.error("no CUDA device (use --size tiny --device cpu to run the script on a CPU)")
+    started = time.perf_counter()
+    rows = []
+    for name in args.recipes.split(","):
+        from accelerate.state import AcceleratorState
+
+        AcceleratorState._reset_state(reset_partial_state=True)  # each recipe its own mixed precision
+        rows.append(run_recipe(name, args.out, args.out / "assets", args.size, args.device))
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    for row in rows:
+        unit = "pairs" if "train_pairs_per_s" in row else "samples"
+        print(f"{row['recipe']} ({row['family']}, {row['resolution']} px, {row['precision']}): "
+              f"rollout {row['rollout_images_per_s']:.2f} images/s, train {row[f'train_{unit}_per_s']:.2f} {unit}/s; "
+              f"peak GPU memory generate {row['generate_peak_gb']:.1f} / score {row['score_peak_gb']:.1f} / "
+              f"train {row['train_peak_gb']:.1f} GB; MFU rollout {row['rollout_tflops'] / args.peak_tflops:.1%}, "
+              f"train {row['train_tflops'] / args.peak_tflops:.1%} (denoiser forward {row['forward_tflop']:.3f} TFLOP)")
+    print(f"total {time.perf_counter() - started:.0f} s")
+    (args.out / "gpu_smoke.json").write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()
