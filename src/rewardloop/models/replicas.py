@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from rewardloop.artifacts import atomic_dir, default_mode
+from rewardloop.config import deep_merge
 from rewardloop.models import published as P
 
 FAMILIES = ("sd15", "sdxl", "sd3")
@@ -123,23 +124,13 @@ def _check(family: str, size: str) -> None:
         raise ReplicaError(f"size: unknown {size!r} (expected one of {', '.join(SIZES)})")
 
 
-def _merge(base: dict, override: Mapping) -> dict:
-    out = copy.deepcopy(base)
-    for key, value in override.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
-
-
 def replica_files(family: str, size: str = "tiny") -> dict[str, dict]:
     """Every JSON file of the replica (path in the folder -> dict), before tokenizer_3's vocabulary."""
     _check(family, size)
     files = copy.deepcopy(P.PUBLISHED_FILES[family])
     if size == "tiny":
         for path, override in TINY_OVERRIDES[family].items():
-            files[path] = _merge(files[path], override)
+            files[path] = deep_merge(files[path], override)
     return files
 
 
