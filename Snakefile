@@ -2,9 +2,11 @@
 # Each iteration it: generate -> score -> pairs | advantages -> train -> export (= model(it)); eval beside.
 # Usage: snakemake --cores 2 [--configfile configs/<recipe>.yaml] [--config iterations=5]
 
+import sys
+
 from rewardloop.runtime import runlock, warm
 from rewardloop.artifacts import remove_stale_temps
-from rewardloop.config import check_existing_iterations
+from rewardloop.config import check_existing_iterations, startup_warnings
 from rewardloop.config import validate as validate_config
 from rewardloop.models.loading import needs_hf_token
 
@@ -19,6 +21,9 @@ report: "report/workflow.rst"
 # fewer iterations than results/ already holds.
 validate_config(config)
 check_existing_iterations(config, "results")
+if workflow.is_main_process:  # not again in every job of a cluster run
+    for line in startup_warnings(config):
+        print(line, file=sys.stderr)
 
 
 # A gated hub model (SD3.5) needs a Hugging Face token: Snakemake passes HF_TOKEN from the
@@ -46,10 +51,16 @@ onstart:
 
 onsuccess:
     warm.stop()
+    from rewardloop import tracking
+
+    tracking.report(RESULTS)  # one line on stderr when a tracking marker says failed
 
 
 onerror:
     warm.stop()
+    from rewardloop import tracking
+
+    tracking.report(RESULTS)
 
 
 include: "rules/common.smk"

@@ -49,18 +49,23 @@ ITERATION_ARTIFACTS = (
 
 
 STAGES = ("generate", "score", SIGNAL, "train", "export", "eval")
+# The stages' other outputs: targets too, so that deleting one of them redoes its stage (Snakemake
+# otherwise remakes a missing file only when a job that reads it has to run anyway).
+ITERATION_RECORDS = ("latents.safetensors", *(f"metrics/{stage}.json" for stage in STAGES),
+                     *(f"{folder}/{name}/{LORA_WEIGHTS}" for folder in ("train", "checkpoint") for name in EXTRA_ADAPTERS))
 REPORT_DIR = f"{RESULTS}/report"
 TRACKING_RUN = f"{RESULTS}/tracking/run.json"
 
 
 def all_targets():
-    """Every stage's artifact of every iteration: deleting any one of them redoes it (and what follows).
+    """Every stage's artifact and record of every iteration: deleting any one of them redoes its stage
+    (and what follows).
 
     Plus the report's figures and config, and (with tracking.enabled) the MLflow tracking markers.
     """
-    targets = [f"{RESULTS}/base/eval.parquet"]
+    targets = [f"{RESULTS}/base/eval.parquet", f"{RESULTS}/base/metrics/eval.json"]
     for it in range(config["iterations"]):
-        targets += [f"{iter_dir(it)}/{name}" for name in ITERATION_ARTIFACTS]
+        targets += [f"{iter_dir(it)}/{name}" for name in ITERATION_ARTIFACTS + ITERATION_RECORDS]
     targets += [f"{REPORT_DIR}/curves.png", f"{REPORT_DIR}/config.yaml", f"{RESULTS}/base/eval_grid.png"]
     targets += [f"{iter_dir(it)}/{name}" for it in range(config["iterations"]) for name in ("grid.png", "eval_grid.png")]
     if config["tracking"]["enabled"]:

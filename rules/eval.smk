@@ -1,7 +1,11 @@
 # Held-out evaluation of the base model and of every exported iteration. Nothing on the training
 # path depends on it, so the next iteration never waits for it.
 
-EVAL_SECTIONS = ("model", "prompts", "generate", "eval", "rewards", "score", "device")
+# What eval reads: the held-out prompts, and of generate only the sampler's guidance, size, batch,
+# sampler and precision (not the rollouts' steps, eta, group size or SDE settings).
+EVAL_CFG = stage_config(config, "model", "prompts", "generate", "eval", "rewards", "score", "device",
+                        keep={"prompts": ("eval",),
+                              "generate": ("guidance_scale", "resolution", "batch_size", "scheduler", "precision")})
 
 
 rule eval_base:
@@ -12,7 +16,7 @@ rule eval_base:
         table=f"{RESULTS}/base/eval.parquet",
         metrics=f"{RESULTS}/base/metrics/eval.json",
     params:
-        cfg=stage_config(config, *EVAL_SECTIONS),
+        cfg=EVAL_CFG,
         iteration=None,
         lora_dir=None,
     log:
@@ -37,7 +41,7 @@ rule eval:
         table=f"{RESULTS}/iter_{{it}}/eval.parquet",
         metrics=f"{RESULTS}/iter_{{it}}/metrics/eval.json",
     params:
-        cfg=stage_config(config, *EVAL_SECTIONS),
+        cfg=EVAL_CFG,
         iteration=iteration_of,
         lora_dir=checkpoint_dir_of,
     log:

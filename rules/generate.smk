@@ -3,7 +3,7 @@
 # gathers them into the same files (equal byte for byte to an unsharded run's).
 
 GENERATE_INPUT = dict(model=base_model_input, lora=rollout_lora_input, prompts=config["prompts"]["train"])
-GENERATE_CFG = stage_config(config, "seed", "model", "prompts", "generate", "device")
+GENERATE_CFG = stage_config(config, "seed", "model", "prompts", "generate", "device", keep={"prompts": ("train",)})
 
 
 if config["generate"]["shards"] == 1:

@@ -37,10 +37,13 @@ def config_hash(cfg: Mapping) -> str:
 
 
 def provenance(stage_config: Mapping, iteration: int | None, model_ref: str | None) -> dict:
+    """A table's provenance: its stage config's hash, the model, and the fingerprints of the files outside
+    results/ the stage read (``inputs``: the base model, reward checkpoints; see config.input_identities)."""
     return {
         "config_hash": config_hash(stage_config),
         "iteration": iteration,
         "model": model_ref,
+        "inputs": dict(stage_config.get("inputs", {})),
         "rewardloop_version": __version__,
     }
 

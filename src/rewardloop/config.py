@@ -8,6 +8,7 @@ the rewards). Every check runs before any job starts.
 from __future__ import annotations
 
 import copy
+import math
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -47,7 +48,24 @@ def _with_defaults(validator_class):
     return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
 
 
-_Validator = _with_defaults(jsonschema.Draft202012Validator)
+def _is_integer(checker, instance) -> bool:
+    """Only ints: JSON Schema's integer admits 2.0, and a 2.0 reaching a job fails there (after Snakemake
+    has deleted the finished outputs its param change made stale)."""
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
+def _is_finite_number(checker, instance) -> bool:
+    """Finite numbers only: a .nan guidance scale would silently turn guidance off, an .inf a step size."""
+    return (isinstance(instance, (int, float)) and not isinstance(instance, bool)
+            and math.isfinite(instance))
+
+
+def _strict(validator_class):
+    checker = validator_class.TYPE_CHECKER.redefine_many({"integer": _is_integer, "number": _is_finite_number})
+    return jsonschema.validators.extend(validator_class, type_checker=checker)
+
+
+_Validator = _with_defaults(_strict(jsonschema.Draft202012Validator))
 
 
 def _key_path(error: jsonschema.ValidationError) -> str:
@@ -56,6 +74,12 @@ def _key_path(error: jsonschema.ValidationError) -> str:
 
 def _message(error: jsonschema.ValidationError) -> str:
     """jsonschema's message; for a oneOf (a reward's weight) also what would have been valid."""
+    value, types = error.instance, error.validator_value
+    if error.validator == "type" and isinstance(value, float) and not isinstance(value, bool):
+        if not math.isfinite(value):
+            return f"{value} is not a finite number"
+        if "integer" in ([types] if isinstance(types, str) else types) and value.is_integer():
+            return f"{value} is not an integer (write {int(value)})"
     if error.validator != "oneOf":
         return error.message
     def kind(schema):
@@ -81,6 +105,7 @@ def complete(config: dict) -> dict:
         lines = [f"  {_key_path(e)}: {_message(e)}" for e in errors]
         raise ConfigError("invalid config:\n" + "\n".join(lines))
     _fill_family_defaults(config)
+    _normalise_paths(config)
     # Only the chosen objective's section stays: the others' options would be params of no use.
     for name in [k for k in config["train"] if k != config["train"]["loss"] and k in _objective_names()]:
         del config["train"][name]
@@ -103,6 +128,34 @@ def _fill_family_defaults(config: dict) -> None:
     if config["generate"]["precision"] == "auto":
         mixed = config["train"]["mixed_precision"]
         config["generate"]["precision"] = "fp32" if mixed == "no" else mixed
+
+
+def _normalise_paths(config: dict) -> None:
+    """Paths as one spelling (``./models/x/`` = ``models/x``): jobs' params compare them as strings, and
+    another spelling of the same folder would rerun every job that names it."""
+    import os
+
+    from rewardloop.rewards.base import path_options
+
+    def normal(section: dict, key: str) -> None:
+        if isinstance(section.get(key), str) and section[key]:
+            section[key] = os.path.normpath(section[key])
+
+    for section, key in ((config["model"], "path"), (config["model"], "init_lora"), (config["prompts"], "train"),
+                         (config["prompts"], "eval"), (config["data"], "offline_pairs")):
+        normal(section, key)
+    for rewards in (config["rewards"], config["eval"].get("rewards") or {}):
+        for name, value in rewards.items():
+            if isinstance(value, dict) and name in _reward_names():
+                for option in path_options(name):
+                    normal(value, option)
+
+
+def _reward_names() -> set[str]:
+    import rewardloop.rewards  # noqa: F401  (registers every reward)
+    from rewardloop.rewards.base import available_rewards
+
+    return set(available_rewards())
 
 
 def _drop_null_rewards(config: dict) -> None:
@@ -170,6 +223,23 @@ def check_semantics(config: dict) -> None:
         if key == "train":
             check_shards(config, len(prompts.select_prompts(loaded, config["generate"]["prompts_per_iteration"],
                                                             config["seed"], 0)))
+    if config["prompts"]["too_long"] == "error":
+        from rewardloop.models.prompt_lengths import long_prompts
+
+        found = long_prompts(config)
+        if found:
+            raise ConfigError(f"{found[0].key} ({config['prompts'][found[0].key.split('.')[1]]}): prompt "
+                              f"{found[0].prompt_id} is {found[0].tokens} tokens for {found[0].tokenizer}, over its "
+                              f"limit of {found[0].limit} ({len(found)} over-long in all; prompts.too_long: error)")
+
+
+def startup_warnings(config: Mapping) -> list[str]:
+    """What a valid config should still tell the user at startup: prompts a text encoder will cut."""
+    if config["prompts"]["too_long"] != "warn":
+        return []
+    from rewardloop.models.prompt_lengths import long_prompts, warning_lines
+
+    return warning_lines(long_prompts(config))
 
 
 def check_existing_iterations(config: Mapping, results: str | Path = "results") -> None:
@@ -246,19 +316,51 @@ def refuse_moved_keys(config: Mapping) -> None:
         raise ConfigError("invalid config:\n" + "\n".join(errors))
 
 
-def stage_config(config: Mapping, *sections: str) -> dict[str, Any]:
+def stage_config(config: Mapping, *sections: str, keep: Mapping[str, tuple[str, ...]] | None = None) -> dict[str, Any]:
     """The part of the config one stage uses.
 
     Rules pass only this to their job (as ``params``), so that changing a key a stage does not use
-    (``iterations``, say) never makes Snakemake rerun a finished job.
+    (``iterations``, say) never makes Snakemake rerun a finished job. ``keep``: of these sections,
+    only these keys (eval reads prompts.eval and a few generate keys, not the rollouts' others).
     Keys that only split the work into jobs (JOB_SPLIT_KEYS) are left out: the artifacts do not depend
     on them, so changing them reruns nothing and leaves the provenance hash as it was.
     """
     selected = {name: copy.deepcopy(config[name]) for name in sections}
+    for name, keys in (keep or {}).items():
+        selected[name] = {key: selected[name][key] for key in keys}
     for section, key in JOB_SPLIT_KEYS:
         if isinstance(selected.get(section), dict):
             selected[section].pop(key, None)
+    inputs = input_identities(config, sections)
+    if inputs:
+        selected["inputs"] = inputs
     return selected
+
+
+def input_identities(config: Mapping, sections) -> dict[str, str]:
+    """{config key: fingerprint} of the files outside results/ that these sections make a job read: the
+    base model, model.init_lora, the rewards' checkpoints (models.fingerprint). In a job's params, a
+    changed file reruns the jobs that read it, though its path stays the same; a model folder a rule
+    builds (model.build_tiny) is a Snakemake input instead."""
+    from rewardloop.models.fingerprint import fingerprint, is_local
+    from rewardloop.rewards.base import path_options
+
+    found = {}
+    if "model" in sections:
+        model = config["model"]
+        if not model.get("build_tiny") and is_local(model["path"]):
+            found["model.path"] = fingerprint(model["path"])
+        if model.get("init_lora") and is_local(model["init_lora"]):
+            found["model.init_lora"] = fingerprint(model["init_lora"])
+    reward_sections = [("rewards", config.get("rewards") or {})] if "rewards" in sections else []
+    if "eval" in sections:
+        reward_sections.append(("eval.rewards", config["eval"].get("rewards") or {}))
+    for key, rewards in reward_sections:
+        for name, value in rewards.items():
+            for option in path_options(name) if isinstance(value, Mapping) else ():
+                if value.get(option) and is_local(value[option]):
+                    found[f"{key}.{name}.{option}"] = fingerprint(value[option])
+    return found
 
 
 # (section, key) pairs that change how many jobs do a stage's work, never its result.

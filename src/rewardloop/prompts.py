@@ -26,7 +26,7 @@ def load_prompts(path: str | Path, key: str = "prompts") -> pd.DataFrame:
     if not path.is_file():
         raise PromptFileError(f"{where}: file not found")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a BOM (Windows editors write one) is not prompt text
     except UnicodeDecodeError as exc:
         raise PromptFileError(f"{where}: not UTF-8 text ({exc})") from exc
     lines = [(n, line.strip()) for n, line in enumerate(text.splitlines(), start=1)]

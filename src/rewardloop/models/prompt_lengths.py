@@ -1,0 +1,115 @@
+"""Prompts longer than a text encoder takes: counted at startup with the model's own tokenizers.
+
+CLIP encoders take 77 tokens (start and end included) and the SD3 pipeline gives T5 256; the
+pipelines cut what is longer without a word, so two prompts that share a long prefix get the same
+embedding. ``prompts.too_long`` says what to do: ``warn`` (one line per prompt and encoder with its
+token count and the limit; the prompt is still cut), ``error`` (stop before any job) or
+``truncate`` (cut silently).
+"""
+
+from __future__ import annotations
+
+import functools
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+MAX_LINES = 20  # warn: lines printed before a count of the rest
+CACHE = Path(".snakemake/rewardloop/token_counts")  # relative to the working directory
+
+
+@dataclass(frozen=True)
+class LongPrompt:
+    key: str  # prompts.train or prompts.eval
+    prompt_id: str
+    tokenizer: str  # the pipeline component, e.g. tokenizer_3
+    tokens: int
+    limit: int
+
+    def line(self) -> str:
+        return (f"rewardloop: {self.key}: prompt {self.prompt_id} is {self.tokens} tokens for {self.tokenizer} "
+                f"(limit {self.limit}); the text encoder reads only the first {self.limit}")
+
+
+def tokenizers(model_cfg: Mapping) -> dict[str, tuple[object, int]]:
+    """{component: (tokenizer, token limit)} of the model's text encoders; {} for a hub id not on disk."""
+    from rewardloop.models.families import get_family
+
+    family = get_family(model_cfg["family"])
+    if model_cfg.get("build_tiny"):
+        return _tiny_tokenizers(family.tokenizers)
+    folder = Path(model_cfg["path"])
+    if not folder.is_dir():
+        return {}
+    return _folder_tokenizers(str(folder.resolve()), family.tokenizers)
+
+
+@functools.lru_cache(maxsize=4)
+def _folder_tokenizers(folder: str, names: tuple[str, ...]) -> dict[str, tuple[object, int]]:
+    from transformers import AutoTokenizer
+
+    from rewardloop.models.published import T5_SEQUENCE_LENGTH
+
+    found = {}
+    for name in names:
+        if (Path(folder) / name).is_dir():
+            tokenizer = AutoTokenizer.from_pretrained(Path(folder) / name)
+            t5 = name == "tokenizer_3"  # SD3's T5: the pipeline's max_sequence_length, not the tokenizer's 512
+            found[name] = (tokenizer, T5_SEQUENCE_LENGTH if t5 else tokenizer.model_max_length)
+    return found
+
+
+@functools.lru_cache(maxsize=1)
+def _tiny_tokenizers(names: tuple[str, ...]) -> dict[str, tuple[object, int]]:
+    """The embedded tiny model's tokenizer (built by a rule later; it is a pure function of nothing)."""
+    from rewardloop.models.tokenizer import build_tokenizer
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tokenizer = build_tokenizer(tmp)
+    return {name: (tokenizer, tokenizer.model_max_length) for name in names if name != "tokenizer_3"}
+
+
+def long_prompts(config: Mapping) -> list[LongPrompt]:
+    """Every (prompt, tokenizer) pair of prompts.train and prompts.eval over the tokenizer's limit."""
+    from rewardloop.prompts import load_prompts
+
+    found = []
+    loaded = tokenizers(config["model"])
+    for key in ("train", "eval"):
+        table = load_prompts(config["prompts"][key], key=f"prompts.{key}")
+        for name, (tokenizer, limit) in loaded.items():
+            counts = token_counts(tokenizer, tuple(table.prompt))
+            found += [LongPrompt(f"prompts.{key}", pid, name, n, limit)
+                      for pid, n in zip(table.prompt_id, counts) if n > limit]
+    return found
+
+
+def token_counts(tokenizer, prompts: tuple[str, ...]) -> list[int]:
+    """Token count of each prompt, cached under .snakemake/ by the tokenizer's files and the prompts (a
+    recipe's 20,000 prompts take seconds to tokenize, at every snakemake start)."""
+    import hashlib
+    import json
+
+    digest = hashlib.sha256(json.dumps(prompts).encode())
+    for file in sorted(Path(tokenizer.name_or_path).glob("*")) if Path(tokenizer.name_or_path).is_dir() else []:
+        digest.update(file.name.encode() + file.read_bytes())
+    cache = CACHE / f"{digest.hexdigest()[:32]}.json"
+    if Path(tokenizer.name_or_path).is_dir() and cache.is_file():
+        return json.loads(cache.read_text())
+    counts = [len(ids) for ids in tokenizer(list(prompts), truncation=False).input_ids]
+    if Path(tokenizer.name_or_path).is_dir():
+        try:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            cache.write_text(json.dumps(counts))
+        except OSError:
+            pass  # a read-only working directory: count again next time
+    return counts
+
+
+def warning_lines(found: list[LongPrompt]) -> list[str]:
+    lines = [p.line() for p in found[:MAX_LINES]]
+    if len(found) > MAX_LINES:
+        lines.append(f"rewardloop: ... and {len(found) - MAX_LINES} more over-long prompt(s) "
+                     "(prompts.too_long: error lists none and stops; truncate says nothing)")
+    return lines

@@ -1,0 +1,90 @@
+"""Silent input changes: over-long prompts are named at startup (prompts.too_long), a BOM is not text."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rewardloop.config import ConfigError, load, startup_warnings
+from rewardloop.models.prompt_lengths import MAX_LINES, long_prompts, warning_lines
+from rewardloop.prompts import load_prompts
+
+from workflow_helpers import ROOT
+
+SHORT = "a red circle on a blue background"
+PREFIX = "a poster of " + "a very tall tower and " * 20  # ~120 CLIP tokens, ~150 T5 tokens
+T5_LONG = "a poster of " + "a very tall tower and " * 60  # over T5's 256 as well (~304 tokens)
+
+
+@pytest.fixture(scope="module")
+def sd3_replica(tmp_path_factory):
+    from rewardloop.models.replicas import build_replica
+
+    folder = tmp_path_factory.mktemp("replica") / "sd3"
+    build_replica("sd3", folder)
+    return folder
+
+
+def sd3_config(tmp_path, replica, train_lines, too_long="warn"):
+    (tmp_path / "train.txt").write_text("\n".join(train_lines) + "\n")
+    (tmp_path / "eval.txt").write_text(SHORT + "\n")
+    return load(ROOT / "config.yaml", {
+        "model": {"family": "sd3", "path": str(replica), "build_tiny": False}, "train": {"loss": "grpo"},
+        "rewards": {"color_match": None, "jpeg_compressibility": 1.0}, "generate": {"resolution": 64},
+        "prompts": {"train": str(tmp_path / "train.txt"), "eval": str(tmp_path / "eval.txt"), "too_long": too_long}})
+
+
+def test_a_bom_is_not_part_of_the_first_prompt(tmp_path):
+    path = tmp_path / "prompts.txt"
+    path.write_bytes("\ufeff".encode() + f"{SHORT}\nsecond\n".encode())
+    assert load_prompts(path).prompt.tolist() == [SHORT, "second"]
+    jsonl = tmp_path / "prompts.jsonl"
+    jsonl.write_bytes("\ufeff".encode() + b'{"id": "a", "prompt": "x"}\n')
+    assert load_prompts(jsonl).prompt_id.tolist() == ["a"]
+
+
+def test_over_long_prompts_are_named_per_text_encoder_with_their_counts(tmp_path, sd3_replica):
+    cfg = sd3_config(tmp_path, sd3_replica, [SHORT, PREFIX + "a red door", T5_LONG])
+    found = long_prompts(cfg)
+    by_encoder = {(p.prompt_id, p.tokenizer): p for p in found}
+    assert set(by_encoder) == {("p00002", "tokenizer"), ("p00002", "tokenizer_2"), ("p00003", "tokenizer"),
+                               ("p00003", "tokenizer_2"), ("p00003", "tokenizer_3")}
+    assert {p.limit for p in found if p.tokenizer != "tokenizer_3"} == {77}
+    assert by_encoder["p00003", "tokenizer_3"].limit == 256
+    from transformers import CLIPTokenizer
+
+    clip = CLIPTokenizer.from_pretrained(sd3_replica / "tokenizer")
+    assert by_encoder["p00002", "tokenizer"].tokens == len(clip(PREFIX + "a red door").input_ids)
+    lines = startup_warnings(cfg)
+    n = len(clip(PREFIX + "a red door").input_ids)
+    assert len(lines) == 5 and lines[0] == (f"rewardloop: prompts.train: prompt p00002 is {n} tokens for tokenizer "
+                                            "(limit 77); the text encoder reads only the first 77")
+
+
+def test_too_long_error_stops_and_truncate_says_nothing(tmp_path, sd3_replica):
+    with pytest.raises(ConfigError, match=r"prompts\.train \(.*train\.txt\): prompt p00002 is \d+ tokens for "
+                                          r"tokenizer, over its limit of 77 \(2 over-long in all"):
+        sd3_config(tmp_path, sd3_replica, [SHORT, PREFIX + "a red door"], too_long="error")
+    assert startup_warnings(sd3_config(tmp_path, sd3_replica, [SHORT, PREFIX + "x"], too_long="truncate")) == []
+
+
+@torch.no_grad()
+def test_what_is_flagged_is_what_the_pipeline_cuts(sd3_replica):
+    """Two prompts that differ only after CLIP's 77 tokens get the same CLIP embedding: the reason to warn."""
+    from rewardloop.models import loading as models
+    from rewardloop.models.families import get_family
+
+    pipe = models.load_pipeline({"family": "sd3", "path": str(sd3_replica)})
+    pipe.text_encoder_3 = pipe.tokenizer_3 = None  # CLIP's part alone
+    embeds = get_family("sd3").encode(pipe, [PREFIX + "a red door", PREFIX + "a blue window"])["prompt_embeds"]
+    assert torch.equal(embeds[0], embeds[1])
+
+
+def test_the_default_run_has_no_over_long_prompt_and_many_are_summarised():
+    cfg = load(ROOT / "config.yaml", {"model": {"build_tiny": True}})
+    assert long_prompts(cfg) == [] and startup_warnings(cfg) == []
+    from rewardloop.models.prompt_lengths import LongPrompt
+
+    many = [LongPrompt("prompts.train", f"p{i}", "tokenizer", 80, 77) for i in range(MAX_LINES + 5)]
+    lines = warning_lines(many)
+    assert len(lines) == MAX_LINES + 1 and lines[-1].startswith("rewardloop: ... and 5 more over-long prompt(s)")
