@@ -105,3 +105,22 @@ def test_the_fp16_variant_is_found_when_asked_for(tmp_path):
         check_model_folder(str(main_only), "sd15", variant="fp16")
     sharded = ("diffusion_pytorch_model.safetensors.index.json", "diffusion_pytorch_model-00001-of-00002.safetensors")
     check_model_folder(str(layout(tmp_path / "c", SD15, PNDM, weights=sharded)), "sd15")
+
+
+def test_a_resolution_the_vae_or_the_patches_cannot_take_is_refused(tmp_path):
+    from rewardloop.models.layout import check_resolution
+
+    sd35 = layout(tmp_path / "sd35", SD35, FLOW)
+    (sd35 / "vae/config.json").write_text(json.dumps({"block_out_channels": [128, 256, 512, 512]}))
+    (sd35 / "transformer/config.json").write_text(json.dumps({"patch_size": 2}))
+    check_resolution(str(sd35), "sd3", 512)
+    with pytest.raises(LayoutError, match=r"^generate\.resolution: 520 px is not a multiple of 16 \(the VAE's factor 8 "
+                                          r"x the transformer's patch size 2, .*sd35\); e\.g\. 512$"):
+        check_resolution(str(sd35), "sd3", 520)
+    sd15 = layout(tmp_path / "sd15", SD15, PNDM)
+    (sd15 / "vae/config.json").write_text(json.dumps({"block_out_channels": [128, 256, 512, 512]}))
+    check_resolution(str(sd15), "sd15", 520)  # 65 latents: a UNet takes any size
+    (sd15 / "vae/config.json").write_text(json.dumps({"block_out_channels": [32, 64, 64]}))  # the tiny model's
+    check_resolution(str(sd15), "sd15", 36)
+    with pytest.raises(LayoutError, match=r"generate\.resolution: 34 px is not a multiple of 4 \(the VAE's factor 4"):
+        check_resolution(str(sd15), "sd15", 34)

@@ -111,3 +111,19 @@ def check_weights(component: Path, variant: str | None) -> None:
                           "set model.variant: fp16")
     what = f"{variant} variant weights (*.{variant}.safetensors)" if variant else "weights (*.safetensors or *.bin)"
     raise LayoutError(f"model.path: {component}/ has no {what}")
+
+
+def check_resolution(path: str, family_name: str, resolution: int) -> None:
+    """``generate.resolution`` fits the folder's VAE (its downscale factor) and, for a transformer, its patches."""
+    from rewardloop.models.families import get_family
+
+    folder, family = Path(path), get_family(family_name)
+    vae = read_json(folder / "vae" / "config.json", "the VAE's config")
+    factor = 2 ** (len(vae.get("block_out_channels", [0] * 4)) - 1)
+    what = f"the VAE's factor {factor}"
+    if family.flow:
+        patch = read_json(folder / family.denoiser / "config.json", "the transformer's config").get("patch_size", 1)
+        factor, what = factor * patch, f"the VAE's factor {factor} x the transformer's patch size {patch}"
+    if resolution % factor:
+        raise LayoutError(f"generate.resolution: {resolution} px is not a multiple of {factor} ({what}, "
+                          f"{folder}); e.g. {max(factor, resolution // factor * factor)}")
