@@ -1,6 +1,7 @@
 # MLflow tracking (tracking.enabled): one parent run per results folder, one child run per iteration.
 # The stages know nothing of it; these local rules log what the stages wrote. A tracking failure never
-# fails a job: it ends up as status "failed" in the marker (run.json / tracking.json).
+# fails a job: it ends up as status "failed" in the marker (run.json / tracking.json); without a parent
+# run the later jobs write "skipped"; the Snakefile's onsuccess/onerror print one line naming the marker.
 # The tracking URI: $MLFLOW_TRACKING_URI, else sqlite:///results/mlflow.db. `envvars:` makes Snakemake
 # refuse to start when a listed variable is unset, so it lists the variable only when it is set
 # (remote executors then pass it on); local jobs read it from their environment anyway.

@@ -397,7 +397,7 @@ def test_unreachable_mlflow_server_does_not_stop_the_run(run):
               env={"MLFLOW_TRACKING_URI": dead, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",
                    "MLFLOW_HTTP_REQUEST_TIMEOUT": "3", "MLFLOW_DISABLE_TELEMETRY": "true"})
     marker = json.loads((run / "results/iter_000/tracking.json").read_text())
-    assert marker["status"] == "failed" and "forcerun tracking_run" in marker["reason"], marker
+    assert marker["status"] == "skipped" and "forcerun tracking_run" in marker["reason"], marker  # run.json failed
     assert dead.split("//")[1] in json.loads((run / "results/tracking/run.json").read_text())["reason"]
     assert "tracking FAILED" in (run / "results/logs/tracking/run.log").read_text()
     after = snapshot(run, skip=ATTEMPT_RECORDS)

@@ -19,7 +19,7 @@ import yaml
 
 from rewardloop import tracking
 from workflow_helpers import snakemake as run_snakemake
-from workflow_helpers import tiny_overlay, write_overlay
+from workflow_helpers import ROOT, SNAKEMAKE, tiny_overlay, write_overlay
 
 BIN = Path(sys.executable).parent
 MLFLOW = str(BIN / "mlflow")
@@ -222,30 +222,202 @@ def test_flatten_cuts_values_to_mlflow_limits():
 
 @pytest.mark.workflow
 def test_unreachable_server_fails_softly(tmp_path, tiny_model, repo_root, monkeypatch):
-    """The job succeeds, the marker says failed with the reason; nothing else is touched."""
+    """The job succeeds, the marker says failed with the reason; nothing else is touched. A server that
+    refuses the very first call fails fast, even with MLflow's HTTP retries on (the default 3 here)."""
     dead = f"http://127.0.0.1:{free_port()}"
-    env = {"MLFLOW_TRACKING_URI": dead, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "3"}
+    env = {"MLFLOW_TRACKING_URI": dead}
     write_overlay(tmp_path, overlay(tiny_model))
-    snakemake(tmp_path, env, "results/tracking/run.json")
+    result = snakemake(tmp_path, env, "results/tracking/run.json")
     run = json.loads((tmp_path / "results/tracking/run.json").read_text())
-    assert run["status"] == "failed" and "127.0.0.1" in run["reason"], run
+    assert run["status"] == "failed" and "127.0.0.1" in run["reason"] and run["retryable"] is False, run
+    assert run["summary"] == "connection refused" and run["seconds"] < 8, run  # 3 retries with backoff: ~15 s
     assert "tracking FAILED" in (tmp_path / "results/logs/tracking/run.log").read_text()
-    # an iteration whose parent run could not be made: marker failed, no exception
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
+    assert (f"rewardloop: MLflow tracking failed ({dead}: connection refused); see results/tracking/run.json"
+            in result.stderr.splitlines())
+    # an iteration whose parent run could not be made: marker skipped, at once, no exception
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", dead)
     metrics = tmp_path / "results/iter_000/metrics"
     metrics.mkdir(parents=True)
     (metrics / "score.json").write_text('{"rollout/reward/raw_mean": 1.0}')
     marker = tracking.track_iteration(tmp_path / "results/tracking/run.json", 0, {"score": str(metrics / "score.json")},
                                       {}, {}, {}, 4, tmp_path / "results/iter_000/tracking.json")
-    assert marker["status"] == "failed" and "forcerun tracking_run" in marker["reason"]
-    assert json.loads((tmp_path / "results/iter_000/tracking.json").read_text())["status"] == "failed"
-    # a parent that exists in run.json but a server that is down
+    assert marker["status"] == "skipped" and "forcerun tracking_run" in marker["reason"] and marker["seconds"] < 1
+    assert json.loads((tmp_path / "results/iter_000/tracking.json").read_text())["status"] == "skipped"
+    # a parent that exists in run.json but a server that is down (it answered before: retryable)
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     (tmp_path / "run_ok.json").write_text(json.dumps({"status": "ok", "run_id": "abc", "experiment_id": "1",
                                                       "tracking_uri": dead}))
     marker = tracking.track_iteration(tmp_path / "run_ok.json", 0, {"score": str(metrics / "score.json")}, {}, {}, {},
                                       4, tmp_path / "marker.json")
-    assert marker["status"] == "failed" and marker["reason"]
+    assert marker["status"] == "failed" and marker["reason"] and marker["retryable"] is True
+
+
+UNWRITABLE = "sqlite:////proc/rewardloop-tracking.db"  # /proc takes no new file, not even from root
+
+
+@pytest.mark.workflow
+@pytest.mark.skipif(not Path("/proc/self").exists(), reason="needs Linux /proc for an unwritable folder")
+def test_unwritable_tracking_uri_fails_fast_and_says_so_once(tmp_path, tiny_model, repo_root):
+    """A SQLite store that cannot be opened: MLflow alone retries for ~100 s and the console said
+    nothing. Now: tracking_run fails in seconds, the later tracking jobs skip, the run exits 0 with
+    every stage artifact, and the end of the run prints one line naming the URI and the marker."""
+    write_overlay(tmp_path, overlay(tiny_model, iterations=1))
+    result = snakemake(tmp_path, {"MLFLOW_TRACKING_URI": UNWRITABLE})  # raises unless exit 0
+    results = tmp_path / "results"
+    for rel in ("base/eval.parquet", "base/eval_grid.png", "iter_000/samples.parquet", "iter_000/scores.parquet",
+                "iter_000/eval.parquet", "iter_000/grid.png", "iter_000/metrics/train.json",
+                "iter_000/metrics/export.json", "report/curves.png"):
+        assert (results / rel).stat().st_size > 0, rel
+    run = json.loads((results / "tracking/run.json").read_text())
+    assert run["status"] == "failed" and run["retryable"] is False and run["tracking_uri"] == UNWRITABLE, run
+    assert run["summary"] == "unable to open database file"
+    for rel in ("base/tracking.json", "iter_000/tracking.json"):
+        marker = json.loads((results / rel).read_text())
+        assert marker["status"] == "skipped" and "results/tracking/run.json" in marker["reason"], (rel, marker)
+    line = (f"rewardloop: MLflow tracking failed ({UNWRITABLE}: unable to open database file); "
+            "see results/tracking/run.json")
+    console = (result.stdout + result.stderr).splitlines()
+    assert console.count(line) == 1 and sum("MLflow tracking failed" in c for c in console) == 1, result.stderr[-3000:]
+    inside = {rel: json.loads((results / rel).read_text())["seconds"]
+              for rel in ("tracking/run.json", "base/tracking.json", "iter_000/tracking.json")}
+    jobs = {rel: tracking.benchmark_seconds(results / "benchmarks" / rel)
+            for rel in ("tracking/run.tsv", "base/tracking.tsv", "iter_000/tracking.tsv")}
+    print("seconds in tracking:", inside, "tracking jobs (benchmarks):", jobs)
+    assert sum(inside.values()) < 20, inside  # before: ~105 s in tracking_run alone (MLflow's engine retries)
+    # the whole job, with its start (the first job of a run also waits for the warm worker to boot)
+    assert jobs["tracking/run.tsv"] < 60, jobs
+    # a run that fails (onerror) says it too, and keeps its exit status
+    (results / "iter_000/samples.parquet").write_bytes(b"PAR1 not a parquet file " * 10)  # newer: score reruns
+    failed = subprocess.run([SNAKEMAKE, "-s", str(ROOT / "Snakefile"), "--directory", str(tmp_path), "--configfile",
+                             str(tmp_path / "test.yaml"), "--cores", "1", "results/iter_000/scores.parquet"],
+                            capture_output=True, text=True,
+                            env={**os.environ, **QUIET_ENV, "MLFLOW_TRACKING_URI": UNWRITABLE})
+    assert failed.returncode != 0 and (failed.stdout + failed.stderr).splitlines().count(line) == 1, failed.stderr[-3000:]
+
+
+# ---------------------------------------------------------------------------------- error classes
+
+
+def test_errors_are_classified_retryable_or_not(tmp_path):
+    import sqlite3
+
+    from mlflow.exceptions import MlflowException, RestException
+
+    locked = MlflowException("(sqlite3.OperationalError) database is locked")
+    assert tracking.retryable(locked) and tracking.retryable(sqlite3.OperationalError("database is locked"))
+    refused = MlflowException("API request to http://h/api failed with exception HTTPConnectionPool(host='h', "
+                              "port=1): Max retries exceeded (Caused by NewConnectionError(...: [Errno 111] "
+                              "Connection refused'))")
+    assert not tracking.retryable(refused) and tracking.retryable(refused, answered=True)
+    assert tracking.summary(refused) == "connection refused"
+    busy = MlflowException("API request to http://h/api failed with exception HTTPConnectionPool(host='h', port=1): "
+                           "Max retries exceeded (Caused by ResponseError('too many 503 error responses'))")
+    assert tracking.retryable(busy)
+    assert not tracking.retryable(RestException({"error_code": "UNAUTHENTICATED", "message": "no"}))
+    assert not tracking.retryable(RestException({"error_code": "PERMISSION_DENIED", "message": "no"}))
+    assert tracking.retryable(RestException({"error_code": "TEMPORARILY_UNAVAILABLE", "message": "later"}))
+    assert not tracking.retryable(MlflowException("API request to endpoint /x failed with error code 401 != 200"))
+    for fatal in (sqlite3.OperationalError("unable to open database file"),
+                  sqlite3.OperationalError("attempt to write a readonly database"),
+                  PermissionError(13, "Permission denied", "/x"), FileNotFoundError(2, "No such file", "/x/y"),
+                  tracking.TrackingError("experiment 'e' is deleted")):
+        assert not tracking.retryable(fatal), fatal
+    assert tracking.summary(FileNotFoundError(2, "No such file or directory", "/proc/nope")) == \
+        "No such file or directory: /proc/nope"
+    assert tracking.summary(sqlite3.OperationalError("unable to open database file")) == "unable to open database file"
+    # a directory is no database: refused at once, before MLflow's ~100 s of engine retries
+    started = time.perf_counter()
+    with pytest.raises(sqlite3.OperationalError, match="unable to open"):
+        tracking.client(f"sqlite:///{tmp_path}")
+    assert time.perf_counter() - started < 10
+
+
+@pytest.mark.parametrize("status, retried", [(401, False), (403, False), (503, True)])
+def test_first_contact_with_a_server_that_answers_an_error(tmp_path, monkeypatch, status, retried):
+    """401/403 at the first call: no retries, failed in seconds; a 503 goes on to MLflow's retries."""
+    import http.server
+    import threading
+
+    calls = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            calls.append(self.path)
+            self.send_response(status)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_POST = do_GET  # noqa: N815
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    uri = f"http://127.0.0.1:{server.server_address[1]}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "0")
+    try:
+        marker = tracking.start_parent_run({"tracking": {"experiment": "e"}}, tmp_path / "run.json")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert marker["status"] == "failed" and marker["retryable"] is retried, marker
+    assert len(calls) == (1 + 1 + 2 if retried else 1), calls  # the probe, then the call with its 2 retries
+    assert marker["seconds"] < 10
+
+
+def test_locked_database_is_still_retried(tmp_path, monkeypatch):
+    """Another writer holds the SQLite file for 3 s: tracking_run waits and retries, and succeeds."""
+    import sqlite3
+    import threading
+
+    monkeypatch.chdir(tmp_path)
+    db = tmp_path / "mlflow.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{db}")
+    tracking.client(f"sqlite:///{db}")  # the schema, so that the lock below is the only obstacle
+    holder = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN EXCLUSIVE")
+    release = threading.Timer(3.0, lambda: holder.execute("ROLLBACK"))
+    release.start()
+    before = tracking.retry_stats["retries"]
+    try:
+        marker = tracking.start_parent_run({"tracking": {"experiment": "locked"}}, tmp_path / "run.json")
+    finally:
+        release.join()
+        holder.close()
+    assert marker["status"] == "ok", marker
+    assert tracking.retry_stats["retries"] > before and marker["seconds"] >= 2.5
+
+
+def test_failure_line_names_the_uri_the_cause_and_the_marker(tmp_path):
+    results = tmp_path / "results"
+    assert tracking.failure_line(results) is None
+    (results / "iter_000").mkdir(parents=True)
+    (results / "iter_000/tracking.json").write_text(json.dumps({"status": "ok"}))
+    assert tracking.failure_line(results) is None
+    (results / "iter_001").mkdir()
+    (results / "iter_001/tracking.json").write_text(json.dumps(
+        {"status": "failed", "tracking_uri": "http://h:5000", "reason": "MlflowException: boom\nmore"}))
+    assert tracking.failure_line(results) == (
+        f"rewardloop: MLflow tracking failed (http://h:5000: MlflowException: boom); see {results}/iter_001/tracking.json")
+    (results / "tracking").mkdir()
+    (results / "tracking/run.json").write_text(json.dumps(
+        {"status": "failed", "tracking_uri": "sqlite:///x.db", "summary": "unable to open database file"}))
+    (results / "base").mkdir()
+    (results / "base/tracking.json").write_text("{not json")  # half a file: ignored, no exception
+    line = tracking.failure_line(results)
+    assert line == (f"rewardloop: MLflow tracking failed (sqlite:///x.db: unable to open database file); "
+                    f"see {results}/tracking/run.json (and 1 more marker)")
+    (results / "tracking/run.json").write_text(json.dumps(
+        {"status": "failed", "tracking_uri": "http://user:secret@h:5000", "summary": "error code 401"}))
+    line = tracking.failure_line(results)
+    assert "(http://***@h:5000: error code 401)" in line and "secret" not in line
+    import io
+
+    out = io.StringIO()
+    assert tracking.report(results, file=out) == line and out.getvalue() == line + "\n"
 
 
 CONCURRENT_LOGGER = textwrap.dedent("""

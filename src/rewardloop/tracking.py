@@ -10,13 +10,23 @@
 * ``track_base``: the base model's eval at step -1 into the parent run.
 
 Every logged value carries a timestamp derived from its source file's mtime, so a rerun logs the
-same rows again, which MLflow deduplicates. A tracking failure (server down, database locked for
-too long) never fails the job: the marker JSON gets ``status: failed`` and the reason, and the
-artifacts of the stages are only read. ``snakemake --forcerun <rule>`` logs again.
+same rows again, which MLflow deduplicates. ``snakemake --forcerun <rule>`` logs again.
+
+Failures. Tracking never fails a job, and the artifacts of the stages are only read: the marker JSON
+gets ``status: failed``, the ``reason`` (and a short ``summary``), ``retryable`` and ``seconds``.
+Errors are told apart (``retryable``): a locked SQLite database is retried with backoff (``retry``),
+a server that answered before gets MLflow's own HTTP retries; an unusable store fails at once: a
+SQLite file that cannot be opened for writing (checked with ``sqlite3`` before MLflow, whose engine
+setup would retry that for ~100 s), a missing folder, an unknown URI scheme, 401/403, and a server
+that cannot be reached at the first call of the run (``tracking_run`` asks it without retries). Only
+``tracking_run`` pays for that: without a parent run the later jobs write ``status: skipped`` with
+the reason and touch no store. At the end of the run the Snakefile prints ``report``'s one line when
+a marker says failed (naming the URI, the cause and the marker).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -44,6 +54,19 @@ QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
 TAG_ROLE, TAG_PARENT, TAG_ITERATION = "rewardloop.role", "rewardloop.parent_run_id", "rewardloop.iteration"
 MAX_PARAM_VAL_LENGTH, MAX_KEY_LENGTH, MAX_TAG_VAL_LENGTH = 6000, 250, 8000  # mlflow.utils.validation
 LOCK_MARKERS = ("database is locked", "database table is locked", "sqlite_busy")
+# What makes an error retryable or not (lower-cased text of the exception and its causes).
+FATAL_MARKERS = ("unable to open database file", "readonly database", "read-only file system", "permission denied",
+                 "no such file or directory", "not a directory", "is a directory", "unsupported uri",
+                 "maintenance mode", "error code 401", "error code 403", "unauthenticated", "permission_denied",
+                 "unauthorized", "forbidden", "no module named", "is deleted")
+ANSWERED_MARKERS = ("error responses", "error code 5", "error code 429", "temporarily_unavailable",
+                    "resource_exhausted", "internal server error", "bad gateway", "service unavailable")
+CONNECTION_MARKERS = ("connection refused", "newconnectionerror", "failed to establish a new connection",
+                      "name or service not known", "failed to resolve", "nodename nor servname",
+                      "temporary failure in name resolution", "no route to host", "network is unreachable",
+                      "timed out", "timeout", "connection reset", "connection aborted", "remotedisconnected",
+                      "connectionerror")
+FIRST_CONTACT_TIMEOUT_S = 10
 
 # Defaults for a job that talks to a server: fail within about a minute, not the 7 retries of
 # MLflow's default; the user's own settings win. No telemetry from a job.
@@ -63,9 +86,59 @@ def tracking_uri() -> str:
     return os.environ.get(ENV_TRACKING_URI) or DEFAULT_TRACKING_URI
 
 
+def _text(exc: BaseException) -> str:
+    """The exception and its causes as one lower-cased string."""
+    parts, seen = [], set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        parts.append(f"{type(exc).__name__}: {exc}")
+        exc = exc.__cause__ or exc.__context__
+    return " | ".join(parts).lower()
+
+
 def _is_locked(exc: BaseException) -> bool:
-    text = f"{type(exc).__name__}: {exc}".lower()
+    text = _text(exc)
     return any(marker in text for marker in LOCK_MARKERS)
+
+
+def retryable(exc: BaseException, answered: bool = False) -> bool:
+    """Whether trying again later may succeed: a locked SQLite database, an HTTP 5xx/429, and connection
+    errors and timeouts of a server that ``answered`` before. Not: a store that cannot be opened or
+    written, a missing folder, an unknown scheme, 401/403, a server never reached; unknown errors."""
+    text = _text(exc)
+    if any(marker in text for marker in LOCK_MARKERS):
+        return True
+    status = getattr(exc, "get_http_status_code", None)
+    if type(exc).__name__ == "RestException" and callable(status):
+        code = status()
+        if code in (401, 403):
+            return False
+        if code == 429 or code >= 500:
+            return True
+    if any(marker in text for marker in FATAL_MARKERS):
+        return False
+    if isinstance(exc, (PermissionError, FileNotFoundError, NotADirectoryError, IsADirectoryError, FileExistsError,
+                        ImportError, TrackingError)):
+        return False
+    if any(marker in text for marker in ANSWERED_MARKERS):
+        return True
+    if any(marker in text for marker in CONNECTION_MARKERS):
+        return answered
+    return False
+
+
+def summary(exc: BaseException) -> str:
+    """A short cause for the end-of-run line: "unable to open database file", "connection refused", ..."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
+    line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    while line.startswith("(") and ") " in line:  # "(sqlite3.OperationalError) unable to open database file"
+        line = line.split(") ", 1)[1]
+    if len(line) > 160:
+        text = _text(exc)
+        known = [m for m in LOCK_MARKERS + FATAL_MARKERS + ANSWERED_MARKERS + CONNECTION_MARKERS if m in text]
+        line = known[0] if known else line[:157] + "..."
+    return line or type(exc).__name__
 
 
 def retry(fn: Callable, *args, attempts: int = 12, base_delay: float = 0.05, max_delay: float = 4.0, **kwargs):
@@ -89,14 +162,60 @@ def retry(fn: Callable, *args, attempts: int = 12, base_delay: float = 0.05, max
             time.sleep(delay)
 
 
-def client(uri: str):
-    """An MlflowClient for ``uri`` (for SQLite: its folder is created, its store opened with retries)."""
+def check_sqlite(db: Path, timeout: float = 2.0) -> None:
+    """Open ``db`` for writing (created when missing) and take and release a write lock, in
+    milliseconds: "unable to open database file" or "readonly database" here is not retried (MLflow's
+    engine setup retries any error 10 times, ~100 s); "database is locked" is, by ``retry``."""
+    import sqlite3
+
+    conn = sqlite3.connect(str(db), timeout=timeout, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        conn.execute(f"PRAGMA user_version = {int(version)}")  # a write: a read-only file or folder fails here
+        conn.execute("ROLLBACK")
+    finally:
+        conn.close()
+
+
+@contextlib.contextmanager
+def _environ(**values: str):
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def client(uri: str, first_contact: bool = False):
+    """An MlflowClient for ``uri`` (for SQLite: its folder is created, its store opened with retries).
+
+    ``first_contact`` (tracking_run): a server is first asked once, without retries and with a short
+    timeout; when it cannot be reached at all, or refuses (401/403), that is the answer, in seconds."""
     from mlflow.tracking import MlflowClient
 
     if uri.startswith("sqlite:///"):
         db = Path(uri[len("sqlite:///"):].split("?")[0])
         db.parent.mkdir(parents=True, exist_ok=True)
+        if db.name and db.name != ":memory:":
+            retry(check_sqlite, db)
     mlflow_client = MlflowClient(tracking_uri=uri)
+    if first_contact and uri.startswith(("http://", "https://")):
+        timeout = min(float(os.environ.get("MLFLOW_HTTP_REQUEST_TIMEOUT") or 30), FIRST_CONTACT_TIMEOUT_S)
+        try:
+            with _environ(MLFLOW_HTTP_REQUEST_MAX_RETRIES="0", MLFLOW_HTTP_REQUEST_TIMEOUT=str(max(1, int(timeout)))):
+                mlflow_client.search_experiments(max_results=1)
+            return mlflow_client
+        except Exception as exc:
+            if not retryable(exc, answered=False):
+                raise
+            print(f"tracking: {uri} answered with a transient error ({summary(exc)}); retrying", file=sys.stderr,
+                  flush=True)
     retry(mlflow_client.search_experiments, max_results=1)  # opens the store (a new SQLite file: its schema)
     return mlflow_client
 
@@ -251,11 +370,24 @@ def _model_tag(model: Mapping) -> str:
     return models.model_reference({"path": model.get("path")}, model.get("init_lora"))
 
 
-def _failure(marker: dict, exc: BaseException, path) -> dict:
-    marker.update(status="failed", reason=f"{type(exc).__name__}: {exc}".strip()[:2000])
-    print(f"tracking FAILED (the workflow goes on; `snakemake --forcerun <rule>` logs again): {marker['reason']}",
+class Skipped(TrackingError):
+    """No parent run (tracking_run failed): a later tracking job does nothing but say so."""
+
+
+def _failure(marker: dict, exc: BaseException, path, started: float, answered: bool = False) -> dict:
+    marker.update(status="failed", reason=f"{type(exc).__name__}: {exc}".strip()[:2000], summary=summary(exc),
+                  retryable=retryable(exc, answered=answered), seconds=round(time.perf_counter() - started, 3))
+    print(f"tracking FAILED (the workflow goes on; `snakemake --forcerun <rule>` logs again; "
+          f"{'retryable' if marker['retryable'] else 'not retryable'}, {marker['seconds']:.1f}s): {marker['reason']}",
           file=sys.stderr, flush=True)
     traceback.print_exc()
+    write_json(marker, path)
+    return marker
+
+
+def _skipped(marker: dict, exc: Skipped, path, started: float) -> dict:
+    marker.update(status="skipped", reason=str(exc), seconds=round(time.perf_counter() - started, 3))
+    print(f"tracking skipped: {exc}", file=sys.stderr, flush=True)
     write_json(marker, path)
     return marker
 
@@ -265,8 +397,10 @@ def start_parent_run(config: Mapping, run_json, repo: str | None = None) -> dict
     tracking = config.get("tracking", {})
     uri = tracking_uri()
     marker = {"status": "ok", "tracking_uri": uri, "experiment": tracking.get("experiment", "rewardloop")}
+    started, answered = time.perf_counter(), False
     try:
-        mlflow_client = client(uri)
+        mlflow_client = client(uri, first_contact=True)
+        answered = True
         experiment_id = get_or_create_experiment(mlflow_client, marker["experiment"], uri)
         name = tracking.get("run_name") or Path.cwd().name
         tags = {
@@ -283,10 +417,11 @@ def start_parent_run(config: Mapping, run_json, repo: str | None = None) -> dict
         run_id = run.info.run_id
         _log(mlflow_client, run_id, params=flatten(dict(config)))
         retry(mlflow_client.set_terminated, run_id, "FINISHED")
-        marker.update(experiment_id=experiment_id, run_id=run_id, run_name=name)
+        marker.update(experiment_id=experiment_id, run_id=run_id, run_name=name,
+                      seconds=round(time.perf_counter() - started, 3))
         print(f"tracking: parent run {run_id} ({name}) in experiment {marker['experiment']} at {uri}", flush=True)
     except Exception as exc:
-        return _failure(marker, exc, run_json)
+        return _failure(marker, exc, run_json, started, answered)
     write_json(marker, run_json)
     return marker
 
@@ -294,8 +429,8 @@ def start_parent_run(config: Mapping, run_json, repo: str | None = None) -> dict
 def _parent(run_json) -> dict:
     parent = json.loads(Path(run_json).read_text())
     if parent.get("status") != "ok" or not parent.get("run_id"):
-        raise TrackingError(f"no parent run ({run_json}: {parent.get('reason', 'status ' + str(parent.get('status')))}); "
-                            "rerun with `snakemake --forcerun tracking_run`")
+        raise Skipped(f"no parent run ({run_json}: {parent.get('reason', 'status ' + str(parent.get('status')))}); "
+                      "rerun with `snakemake --forcerun tracking_run`")
     uri = tracking_uri()
     if uri != parent["tracking_uri"]:
         raise TrackingError(f"tracking URI is {uri} but the parent run lives at {parent['tracking_uri']}; "
@@ -354,6 +489,7 @@ def track_iteration(run_json, iteration: int, metrics_files: Mapping[str, str], 
                     marker_path) -> dict:
     """Rule track_iteration: log one iteration into its child run (and the curves into the parent)."""
     marker = {"status": "ok", "iteration": iteration}
+    started = time.perf_counter()
     try:
         parent = _parent(run_json)
         marker.update(tracking_uri=parent["tracking_uri"], parent_run_id=parent["run_id"],
@@ -373,10 +509,13 @@ def track_iteration(run_json, iteration: int, metrics_files: Mapping[str, str], 
                                  "steps": [min((p[3] for p in curve), default=None),
                                            max((p[3] for p in curve), default=None)]}
         marker["retries"] = retry_stats["retries"]
+        marker["seconds"] = round(time.perf_counter() - started, 3)
         print(f"tracking: iteration {iteration} -> run {run_id}: {len(points)} values, "
               f"{len(curve)} curve points, artifacts {marker['artifacts']}", flush=True)
+    except Skipped as exc:
+        return _skipped(marker, exc, marker_path, started)
     except Exception as exc:
-        return _failure(marker, exc, marker_path)
+        return _failure(marker, exc, marker_path, started, answered=True)
     write_json(marker, marker_path)
     return marker
 
@@ -384,6 +523,7 @@ def track_iteration(run_json, iteration: int, metrics_files: Mapping[str, str], 
 def track_base(run_json, metrics_file, table, grid, benchmark, marker_path) -> dict:
     """Rule track_base: the base model's eval into the parent run at step -1."""
     marker = {"status": "ok", "iteration": -1}
+    started = time.perf_counter()
     try:
         parent = _parent(run_json)
         marker.update(tracking_uri=parent["tracking_uri"], run_id=parent["run_id"])
@@ -400,9 +540,12 @@ def track_base(run_json, metrics_file, table, grid, benchmark, marker_path) -> d
         _log(mlflow_client, parent["run_id"], metrics=points)
         marker["artifacts"] = _log_artifacts(mlflow_client, parent["run_id"], {"eval_grid.png": grid}, "base")
         marker["metrics"] = sorted({p[0] for p in points})
+        marker["seconds"] = round(time.perf_counter() - started, 3)
         print(f"tracking: base eval -> parent run {parent['run_id']}: {len(points)} values", flush=True)
+    except Skipped as exc:
+        return _skipped(marker, exc, marker_path, started)
     except Exception as exc:
-        return _failure(marker, exc, marker_path)
+        return _failure(marker, exc, marker_path, started, answered=True)
     write_json(marker, marker_path)
     return marker
 
@@ -410,3 +553,54 @@ def track_base(run_json, metrics_file, table, grid, benchmark, marker_path) -> d
 def iter_names(paths: Iterable[str]) -> dict[str, str]:
     """{stage: path} of metrics/<stage>.json paths."""
     return {Path(p).stem: str(p) for p in paths}
+
+
+# --------------------------------------------------------------------------------- end of the run
+
+
+def markers(results_dir: str | os.PathLike = "results") -> list[Path]:
+    """The tracking markers under ``results_dir``: run.json first, then base, then the iterations."""
+    results = Path(results_dir)
+    found = [results / "tracking/run.json", results / "base/tracking.json"]
+    return [p for p in found if p.is_file()] + sorted(results.glob("iter_*/tracking.json"))
+
+
+def _without_password(uri: str | None) -> str | None:
+    """``http://user:secret@host`` → ``http://***@host`` (the line goes to a console)."""
+    if not uri or "://" not in uri or "@" not in uri.split("/", 3)[2]:
+        return uri
+    scheme, rest = uri.split("://", 1)
+    return f"{scheme}://***@{rest.split('@', 1)[1]}"
+
+
+def failure_line(results_dir: str | os.PathLike = "results") -> str | None:
+    """One line when a marker under ``results_dir`` says tracking failed, else None: the first failed
+    marker's URI, its short cause and the marker's path (a skipped marker points at run.json)."""
+    failed = []
+    for path in markers(results_dir):
+        try:
+            marker = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(marker, dict) and marker.get("status") == "failed":
+            failed.append((path, marker))
+    if not failed:
+        return None
+    path, marker = failed[0]
+    cause = marker.get("summary") or (marker.get("reason") or "no reason recorded").splitlines()[0][:160]
+    uri = _without_password(marker.get("tracking_uri"))
+    more = f" (and {len(failed) - 1} more marker{'s' if len(failed) > 2 else ''})" if len(failed) > 1 else ""
+    return f"rewardloop: MLflow tracking failed ({f'{uri}: ' if uri else ''}{cause}); see {path}{more}"
+
+
+def report(results_dir: str | os.PathLike = "results", file=None) -> str | None:
+    """Snakefile onsuccess/onerror: print ``failure_line`` (to stderr) when there is one. Never raises:
+    the run's exit status stays that of its jobs."""
+    try:
+        line = failure_line(results_dir)
+        if line:
+            print(line, file=file or sys.stderr, flush=True)
+        return line
+    except Exception as exc:  # noqa: BLE001 - a report must not change how the run ends
+        print(f"rewardloop: could not read the tracking markers: {exc}", file=file or sys.stderr, flush=True)
+        return None
