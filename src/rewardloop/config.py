@@ -15,6 +15,8 @@ from typing import Any, Mapping
 import jsonschema
 import yaml
 
+from rewardloop.mappings import deep_merge  # noqa: F401  (config.deep_merge: recipes, tests)
+
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
 
 
@@ -177,16 +179,6 @@ def load(path: str | Path, overrides: Mapping | None = None) -> dict:
     if not isinstance(config, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level")
     return validate(deep_merge(config, overrides or {}))
-
-
-def deep_merge(base: dict, extra: Mapping) -> dict:
-    merged = copy.deepcopy(base)
-    for key, value in extra.items():
-        if isinstance(value, Mapping) and isinstance(merged.get(key), dict):
-            merged[key] = deep_merge(merged[key], value)
-        else:
-            merged[key] = copy.deepcopy(value)
-    return merged
 
 
 def check_semantics(config: dict) -> None:

@@ -16,7 +16,7 @@ from typing import Iterator, Mapping
 
 from rewardloop.artifacts import sort_safetensors_header
 from rewardloop.models.families import get_family
-from rewardloop.models.loading import LORA_WEIGHTS, ModelError, denoiser_name, pipeline_class, tensor_shapes
+from rewardloop.models.files import LORA_WEIGHTS, ModelError, tensor_shapes
 
 # A diffusers-format LoRA key: <denoiser>.<module>.lora.{down,up}.weight (or peft's lora_{A,B}).
 _LORA_KEY = re.compile(r"^(?P<prefix>[^.]+)\.(?P<module>.+)\.(?:lora\.(?P<old>down|up)|lora_(?P<new>[AB]))\.weight$")
@@ -51,9 +51,9 @@ def load_lora_into(unet, family: str, lora_dir: str) -> None:
     weights = Path(lora_dir) / LORA_WEIGHTS
     if not weights.is_file():
         raise ModelError(f"{weights}: LoRA weights not found")
-    state = pipeline_class(family).lora_state_dict(str(lora_dir), weight_name=LORA_WEIGHTS)
+    state = get_family(family).pipeline_class().lora_state_dict(str(lora_dir), weight_name=LORA_WEIGHTS)
     state = state[0] if isinstance(state, tuple) else state  # sd15 adds network alphas, sd3 does not
-    prefix = denoiser_name(family) + "."
+    prefix = get_family(family).denoiser + "."
     unet_state = {k.removeprefix(prefix): v for k, v in state.items() if k.startswith(prefix)}
     try:
         result = set_peft_model_state_dict(unet, convert_unet_state_dict_to_peft(unet_state))
@@ -87,8 +87,8 @@ def save_lora(unet, family: str, lora_cfg: Mapping, out_dir: str | os.PathLike) 
     # runs write the same bytes.
     adapter_metadata["target_modules"] = sorted(adapter_metadata["target_modules"])
     with tempfile.TemporaryDirectory(prefix=".tmp-lora-", dir=out_dir) as tmp:
-        denoiser = denoiser_name(family)
-        pipeline_class(family).save_lora_weights(
+        denoiser = get_family(family).denoiser
+        get_family(family).pipeline_class().save_lora_weights(
             tmp,
             weight_name=LORA_WEIGHTS,
             **{f"{denoiser}_lora_layers": layers, f"{denoiser}_lora_adapter_metadata": adapter_metadata},
@@ -166,7 +166,7 @@ def check_init_lora(model_cfg: Mapping, train_cfg: Mapping) -> None:
     if not weights.is_file():
         raise ModelError(f"model.init_lora: {folder} has no {LORA_WEIGHTS}")
     where, family = f"model.init_lora: {weights}", model_cfg["family"]
-    denoiser = denoiser_name(family)
+    denoiser = get_family(family).denoiser
     layers, prefixes = {}, set()
     for key, shape in tensor_shapes(weights).items():
         match = _LORA_KEY.match(key)

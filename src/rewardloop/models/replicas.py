@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from rewardloop.artifacts import atomic_dir, default_mode
-from rewardloop.config import deep_merge
+from rewardloop.mappings import deep_merge
 from rewardloop.models import published as P
 
 FAMILIES = ("sd15", "sdxl", "sd3")
