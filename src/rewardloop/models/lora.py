@@ -106,7 +106,7 @@ def load_lora_fused(pipe, family, lora_dir: str) -> None:
         raise ModelError(f"{weights}: LoRA weights not found")
     layers = {m["module"] for m in map(_LORA_KEY.match, tensor_shapes(weights))
               if m and m["prefix"] == family.denoiser}
-    with _consistent_names(weights) as folder:
+    with _consistent_names(weights, family) as folder:
         try:
             pipe.load_lora_weights(str(folder), weight_name=LORA_WEIGHTS, adapter_name="rewardloop")
         except Exception as exc:
@@ -122,14 +122,15 @@ def load_lora_fused(pipe, family, lora_dir: str) -> None:
 
 
 @contextmanager
-def _consistent_names(weights: Path) -> Iterator[Path]:
-    """The LoRA's folder, or a temporary copy whose keys all use peft's lora_A/B names when the file mixes
-    them with lora.down/up (SD3 LoRAs saved before save_lora kept peft's names), metadata kept."""
+def _consistent_names(weights: Path, family) -> Iterator[Path]:
+    """The LoRA's folder, or, for a transformer whose file mixes lora.down/up with lora_A/B names (SD3 LoRAs
+    saved before save_lora kept peft's names), a temporary copy with lora_A/B names only, metadata kept.
+    A UNet's loader converts every key itself (SD1.5/SDXL files mix the names too: ff.net stays lora_A)."""
     from safetensors import safe_open
     from safetensors.torch import save_file
 
     keys = tensor_shapes(weights)
-    if not any(".lora.down." in k for k in keys) or not any(".lora_A." in k for k in keys):
+    if not family.flow or not any(".lora.down." in k for k in keys) or not any(".lora_A." in k for k in keys):
         yield weights.parent
         return
     with safe_open(str(weights), framework="pt") as handle:
