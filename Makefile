@@ -26,11 +26,12 @@ dry-run: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/snakemake --lint
 
+# The suite runs in CORES processes (pytest-xdist), each test file whole in one of them (its fixtures built once).
 test: $(STAMP)
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -n $(CORES) --dist loadfile
 
 test-fast: $(STAMP)
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -m "not workflow"
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -n $(CORES) --dist loadfile -m "not workflow"
 
 # Mutation testing of the math and its wiring (pyproject.toml [tool.mutmut]; ~1.5 h on 2 cores), then
 # the survivors; `make mutation-smoke`: the named mutants CI also runs (docs/development.md).
