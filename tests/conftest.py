@@ -59,7 +59,11 @@ def pytest_collection_modifyitems(items):
 def _restore_torch_determinism():
     """``train.deterministic`` switches torch's deterministic algorithms on for the whole process (a job
     is one process); a test that trains in-process must not leave it on for the tests after it."""
-    import torch
+    try:
+        import torch
+    except ImportError:  # the paddleocr tier's venv has no torch
+        yield
+        return
 
     enabled = torch.are_deterministic_algorithms_enabled()
     yield
