@@ -1,4 +1,4 @@
-# Group advantages, the signal of the objectives trained on them (grpo, nft; cheap: runs on the submitting host).
+# Group advantages, the signal of the objectives trained on them (grpo, nft, awm; cheap: runs on the submitting host).
 
 
 localrules:

@@ -142,10 +142,10 @@ def flat(plan) -> list[tuple]:
 
 
 def test_the_nft_plan_is_a_pure_function_of_seed_and_iteration():
-    from rewardloop.objectives.nft import NFTData
+    from rewardloop.objectives.clean_latents import CleanLatentData
 
     grid = torch.linspace(1.0, 0.05, 20)
-    data = NFTData(torch.zeros(12, 1), torch.zeros(12), torch.zeros(12, 1), torch.zeros(12, 1), grid)
+    data = CleanLatentData(torch.zeros(12, 1), torch.zeros(12), torch.zeros(12, 1), torch.zeros(12, 1), grid)
     torch.manual_seed(1)
     first = flat(nft_plan(data, timestep_fraction=0.15, inner_epochs=2))
     torch.manual_seed(2)  # the global generator plays no part
@@ -259,7 +259,7 @@ def test_the_registry_and_the_signal_table_name_what_they_miss():
     from rewardloop.objectives.registry import ObjectiveError, TrainingInputs
 
     with pytest.raises(ObjectiveError, match=r"^train\.loss: unknown objective 'ppo' \(expected one of "
-                                             r"dpo, grpo, nft, sft\)$"):
+                                             r"awm, dpo, grpo, nft, sft\)$"):
         get_objective("ppo")
     assert get_objective("dpo").schema()["description"] == (
         "Options of train.loss dpo: Diffusion-DPO on preference pairs (sd15, sdxl).")

@@ -72,7 +72,7 @@ def test_a_new_objective_trains_through_the_one_trainer(toy_objective, tiny_mode
 
 
 def test_an_unknown_objective_names_the_registered_ones():
-    with pytest.raises(cfgmod.ConfigError, match=r"train.loss: 'ppo' is not one of \['dpo', 'grpo', 'nft', 'sft'\]"):
+    with pytest.raises(cfgmod.ConfigError, match=r"train.loss: 'ppo' is not one of \['awm', 'dpo', 'grpo', 'nft', 'sft'\]"):
         cfgmod.validate({"prompts": PROMPTS, "train": {"loss": "ppo"}})
 
 

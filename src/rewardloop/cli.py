@@ -44,7 +44,7 @@ def _inspect(args) -> None:
 def _objectives(args) -> None:
     from rewardloop.objectives import OBJECTIVES
 
-    for name, objective in OBJECTIVES.items():
+    for name, objective in sorted(OBJECTIVES.items()):
         print(f"{name}: {objective.description}")
         print(f"  signal: {objective.signal}; families: {', '.join(objective.families)}; "
               f"rollouts record steps: {'yes' if objective.records_steps else 'no'}")

@@ -30,7 +30,7 @@ def load_schema() -> dict:
 
     schema = yaml.safe_load(SCHEMA_PATH.read_text())
     train = schema["properties"]["train"]["properties"]
-    train["loss"]["enum"] = list(OBJECTIVES)
+    train["loss"]["enum"] = sorted(OBJECTIVES)
     for name, objective in OBJECTIVES.items():
         train[name] = objective.schema()
     return schema
@@ -117,7 +117,7 @@ def complete(config: dict) -> dict:
 def _objective_names() -> list[str]:
     from rewardloop.objectives import OBJECTIVES
 
-    return list(OBJECTIVES)
+    return sorted(OBJECTIVES)
 
 
 def _fill_family_defaults(config: dict) -> None:

@@ -27,10 +27,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
-from rewardloop.objectives.grpo import epoch_batches, load_advantages
+from rewardloop.objectives.clean_latents import (CleanLatentData, conditional_velocity, load_clean_latents, noised,
+                                                 seeded)
+from rewardloop.objectives.grpo import epoch_batches
 from rewardloop.objectives.options import option
 from rewardloop.objectives.registry import Objective, TrainingInputs, objective
 
@@ -68,20 +69,6 @@ def old_policy_decay(global_step: int, rate: float, maximum: float, flat_steps: 
     return min((global_step - flat_steps) * rate, maximum)
 
 
-@dataclass
-class NFTData:
-    """Final latents, advantages, conditioning of the samples and the rollouts' timestep grid (sigmas)."""
-
-    latents: torch.Tensor
-    advantages: torch.Tensor
-    embeds: torch.Tensor
-    pooled: torch.Tensor
-    grid: torch.Tensor  # the N sigmas the rollout stepped from (the terminal 0 excluded)
-
-    def __len__(self) -> int:
-        return len(self.latents)
-
-
 @dataclass(frozen=True)
 class NFTOptions:
     beta: float = option(1.0, f"Mixing strength beta of the implicit positive/negative policies ({SOURCE}: "
@@ -116,22 +103,14 @@ class NFT(Objective):
     curves = ("train/loss", "train/policy_loss", "train/kl_loss", "train/old_deviate")
     moved_keys = {"nft_beta": "beta", "inner_epochs": "inner_epochs"}
 
-    def load(self, inputs: TrainingInputs, model) -> NFTData:
+    def load(self, inputs: TrainingInputs, model) -> CleanLatentData:
         self.num_train_timesteps = model.scheduler_config["num_train_timesteps"]
-        table = load_advantages(inputs)
-        get = inputs.tensor
-        return NFTData(
-            latents=torch.stack([get(f"latents/{s}") for s in table.sample_id]).float(),
-            advantages=torch.tensor(table.advantage.to_numpy(), dtype=torch.float32),
-            embeds=torch.stack([get(f"prompt_embeds/{p}") for p in table.prompt_id]),
-            pooled=torch.stack([get(f"pooled_embeds/{p}") for p in table.prompt_id]),
-            grid=get("rollout/sigmas")[:-1].float(),
-        )
+        return load_clean_latents(inputs)
 
-    def trained_timesteps(self, data: NFTData) -> int:
+    def trained_timesteps(self, data: CleanLatentData) -> int:
         return max(1, int(len(data.grid) * self.options.timestep_fraction))
 
-    def plan(self, data: NFTData, processes: int) -> list[list[tuple]]:
+    def plan(self, data: CleanLatentData, processes: int) -> list[list[tuple]]:
         """Updates of ``gradient_accumulation_steps`` batches x trained timesteps; a micro-batch is
         (sample indices, grid index of each sample, noise seed)."""
         batches = epoch_batches(len(data), self.train.batch_size, self.options.inner_epochs, self.seed, self.iteration)
@@ -145,33 +124,24 @@ class NFT(Objective):
             for b, index in enumerate(batches[u: u + per_update], start=u):
                 order = orders[b // per_epoch]
                 for j in range(timesteps):
-                    noise_seed = int(np.random.SeedSequence([self.seed, self.iteration + 1, 11, b, j]).generate_state(1)[0])
-                    micros.append((index, order[index, j], noise_seed))
+                    micros.append((index, order[index, j], seeded(self.seed, self.iteration + 1, 11, b, j)))
             updates.append(micros)
         return updates
 
     def _grid_order(self, samples: int, grid: int, epoch: int) -> torch.Tensor:
         """[samples, grid]: each sample's seeded permutation of the grid indices in this inner epoch."""
-        state = np.random.SeedSequence([self.seed, self.iteration + 1, 13, epoch]).generate_state(1)[0]
-        gen = torch.Generator().manual_seed(int(state))
+        gen = torch.Generator().manual_seed(seeded(self.seed, self.iteration + 1, 13, epoch))
         return torch.stack([torch.randperm(grid, generator=gen) for _ in range(samples)])
 
     def _velocity(self, policy, module, x_t, t, embeds, pooled) -> torch.Tensor:
-        """The conditional velocity (no CFG, as the reference trains), fp32."""
-        dtype = policy.model.dtype
-        with policy.autocast():
-            return module(x_t.to(dtype), encoder_hidden_states=embeds.to(dtype), pooled_projections=pooled.to(dtype),
-                          timestep=(t * self.num_train_timesteps).to(dtype)).sample.float()
+        return conditional_velocity(policy, module, x_t, t, embeds, pooled, self.num_train_timesteps)
 
-    def loss(self, policy, data: NFTData, micro):
+    def loss(self, policy, data: CleanLatentData, micro):
         index, grid_index, noise_seed = micro
         device = policy.device
-        x0 = data.latents[index]
-        noise = torch.randn(x0.shape, generator=torch.Generator().manual_seed(noise_seed))
-        t = data.grid[grid_index]
-        tt = t.view(-1, 1, 1, 1)
-        x_t = ((1 - tt) * x0 + tt * noise).to(device)
-        x0, t = x0.to(device), t.to(device)
+        x0, t = data.latents[index], data.grid[grid_index]
+        x_t, _ = noised(x0, t, noise_seed)
+        x_t, x0, t = x_t.to(device), x0.to(device), t.to(device)
         embeds, pooled = data.embeds[index].to(device), data.pooled[index].to(device)
         with torch.no_grad(), policy.swapped_in("old"):
             v_old = self._velocity(policy, policy.model, x_t, t, embeds, pooled)

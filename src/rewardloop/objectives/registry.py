@@ -172,5 +172,5 @@ def objective(name: str):
 
 def get_objective(name: str) -> type[Objective]:
     if name not in OBJECTIVES:
-        raise ObjectiveError(f"train.loss: unknown objective {name!r} (expected one of {', '.join(OBJECTIVES)})")
+        raise ObjectiveError(f"train.loss: unknown objective {name!r} (expected one of {', '.join(sorted(OBJECTIVES))})")
     return OBJECTIVES[name]

@@ -1,0 +1,63 @@
+"""What the decoupled flow objectives (DiffusionNFT, AWM) share: they train on the rollouts' clean latents.
+
+Their rollouts are plain ODE samples (no log-probs); training re-noises each clean latent x0 at a
+timestep of the rollout's own (shifted) grid, x_t = (1 - t) x0 + t eps, and compares the velocity
+the model predicts there, with the conditioning of the sample's prompt and no CFG (both reference
+codes train without it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from rewardloop.objectives.grpo import load_advantages
+from rewardloop.objectives.registry import TrainingInputs
+
+
+@dataclass
+class CleanLatentData:
+    """Final latents, advantages, conditioning of the samples and the rollouts' timestep grid (sigmas)."""
+
+    latents: torch.Tensor
+    advantages: torch.Tensor
+    embeds: torch.Tensor
+    pooled: torch.Tensor
+    grid: torch.Tensor  # the N sigmas the rollout stepped from (the terminal 0 excluded)
+
+    def __len__(self) -> int:
+        return len(self.latents)
+
+
+def load_clean_latents(inputs: TrainingInputs) -> CleanLatentData:
+    table = load_advantages(inputs)
+    get = inputs.tensor
+    return CleanLatentData(
+        latents=torch.stack([get(f"latents/{s}") for s in table.sample_id]).float(),
+        advantages=torch.tensor(table.advantage.to_numpy(), dtype=torch.float32),
+        embeds=torch.stack([get(f"prompt_embeds/{p}") for p in table.prompt_id]),
+        pooled=torch.stack([get(f"pooled_embeds/{p}") for p in table.prompt_id]),
+        grid=get("rollout/sigmas")[:-1].float(),
+    )
+
+
+def seeded(*key: int) -> int:
+    """A 32-bit seed that is a pure function of ``key`` (so a resumed run draws what the uninterrupted one did)."""
+    return int(np.random.SeedSequence([int(k) for k in key]).generate_state(1)[0])
+
+
+def noised(x0: torch.Tensor, t: torch.Tensor, noise_seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x_t, eps): x_t = (1 - t) x0 + t eps with eps drawn from ``noise_seed`` (on the CPU, then moved)."""
+    noise = torch.randn(x0.shape, generator=torch.Generator().manual_seed(noise_seed)).to(x0.device)
+    tt = t.view(-1, *[1] * (x0.ndim - 1))
+    return (1 - tt) * x0 + tt * noise, noise
+
+
+def conditional_velocity(policy, module, x_t, t, embeds, pooled, num_train_timesteps: int) -> torch.Tensor:
+    """The velocity ``module`` predicts at (x_t, t) for the prompts' conditioning (no CFG), in fp32."""
+    dtype = policy.model.dtype
+    with policy.autocast():
+        return module(x_t.to(dtype), encoder_hidden_states=embeds.to(dtype), pooled_projections=pooled.to(dtype),
+                      timestep=(t * num_train_timesteps).to(dtype)).sample.float()
