@@ -161,6 +161,20 @@ def flow_sde_mean(v, x, sigma, sigma_next, std) -> torch.Tensor:
     return x + (v + std**2 / (2 * sigma) * (x + (1 - sigma) * v)) * dt
 
 
+def cps_mean_reference(v, x, sigma, sigma_next, std) -> torch.Tensor:
+    """Coefficients-Preserving Sampling's mean (Wang & Yu 2025): with the predicted clean sample and noise
+    x0 = x - sigma v, x1 = x + (1 - sigma) v, the interpolation at sigma_next keeps (1 - sigma_next) of x0 and
+    sigma_next of noise, split into sqrt(sigma_next^2 - std^2) of x1 and std of fresh noise; float64."""
+    x, v = x.double(), v.double()
+    x0, x1 = x - sigma * v, x + (1 - sigma) * v
+    return (1 - sigma_next) * x0 + math.sqrt(sigma_next**2 - std**2) * x1
+
+
+def cps_log_likelihood(x, mean, scale=None) -> torch.Tensor:
+    """flow_grpo's CPS log-prob: -mean((x - mean)^2), the Gaussian's scale and constants dropped; float64."""
+    return -((x.double() - mean.double()) ** 2).mean(dim=(1, 2, 3))
+
+
 def ddim_mean_reference(eps, x, a_t, a_prev, std) -> torch.Tensor:
     """DDIM's x_{t-1} mean (Song et al. 2021, eq. 12), float64."""
     x, eps = x.double(), eps.double()

@@ -14,7 +14,8 @@ import math
 import pytest
 import torch
 
-from objective_checks import (advantage_table, conditioning_tensors, config, ddim_mean_reference, ddim_std_reference,
+from objective_checks import (advantage_table, conditioning_tensors, config, cps_log_likelihood, cps_mean_reference,
+                              ddim_mean_reference, ddim_std_reference,
                               denoising_errors, flow_sde_mean, flow_velocity, gaussian_log_likelihood, pair_inputs,
                               prompt_embeds, sd15_model_info, style_latents, tiny_transformer, tiny_unet, train,
                               alphas_cumprod)
@@ -81,6 +82,9 @@ class FlowStep:
     def conditioning(self, table, seed):
         return conditioning_tensors(table, 64, 64, seed)
 
+    sde_type = 0  # rollout/sde_type: Flow-GRPO's SDE
+    log_likelihood = staticmethod(gaussian_log_likelihood)
+
     def mean(self, model, x, embeds, pooled, uncond=None, guidance: float = 1.0):
         """The step's mean under ``model``; with ``uncond`` (embeds, pooled) classifier-free guided."""
         with torch.no_grad():
@@ -89,6 +93,9 @@ class FlowStep:
                 n = len(x)
                 v_uncond = flow_velocity(model, x, self.sigma, uncond[0].expand(n, -1, -1), uncond[1].expand(n, -1))
                 v = v_uncond + guidance * (v - v_uncond)
+        return self.transition_mean(v, x)
+
+    def transition_mean(self, v, x):
         return flow_sde_mean(v, x, self.sigma, self.sigma_next, self.std)
 
     def params(self):
@@ -103,6 +110,24 @@ class FlowStep:
 
     def pooled(self, tensors, prompt_ids):
         return torch.stack([tensors[f"pooled_embeds/{p}"] for p in prompt_ids])
+
+
+class CPSStep(FlowStep):
+    """The same step as CPS (generate.sde.type cps): std = sigma_next sin(a pi / 2), flow_grpo's log-prob."""
+
+    std = FlowStep.sigma_next * math.sin(FlowStep.noise_level * math.pi / 2)
+    scale = std
+    sde_type = 1
+    log_likelihood = staticmethod(cps_log_likelihood)
+
+    def transition_mean(self, v, x):
+        return cps_mean_reference(v, x, self.sigma, self.sigma_next, self.std)
+
+    def config(self, **grpo):
+        return config("configs/tiny_sd3_grpo.yaml", {"generate": {"sde": {"type": "cps", "window_range": [0, 9],
+                                                                          "num_sde_steps": 9}}},
+                      loss="grpo", batch_size=4, learning_rate=3e-3, gradient_accumulation_steps=1,
+                      grpo={"inner_epochs": 3, **grpo})
 
 
 class DDIMStep(FlowStep):
@@ -152,12 +177,13 @@ def rollout_inputs(step, model, leans, advantages, seed: int) -> TrainingInputs:
     embeds = torch.stack([tensors[f"prompt_embeds/{p}"] for p in table.prompt_id])
     mean = step.mean(model, x, embeds, step.pooled(tensors, table.prompt_id))
     next_x = biased_transitions(mean, step.scale, leans, seed + 3)
-    old_log_prob = gaussian_log_likelihood(next_x, mean, step.scale).float()
+    old_log_prob = step.log_likelihood(next_x, mean, step.scale).float()
     for i, sid in enumerate(table.sample_id):
         record = {"latents": x[i], "next_latents": next_x[i], "log_probs": old_log_prob[i],
                   **{k: torch.tensor(v, dtype=torch.float32) for k, v in step.params().items()}}
         tensors.update({f"trajectory/{sid}/{k}": v.unsqueeze(0) for k, v in record.items()})
     tensors["rollout/guidance_scale"] = torch.tensor(1.0)
+    tensors["rollout/sde_type"] = torch.tensor(step.sde_type)
     return TrainingInputs(table, tensors, "advantages.parquet", "latents.safetensors")
 
 
@@ -171,13 +197,13 @@ def held_out_lean(step, base, trained) -> float:
     next_x = torch.stack([t[f"trajectory/{s}/next_latents"][0] for s in ids])
     embeds = torch.stack([t[f"prompt_embeds/{p}"] for p in prompts])
     pooled = step.pooled(t, prompts)
-    gains = (gaussian_log_likelihood(next_x, step.mean(trained, x, embeds, pooled), step.scale)
-             - gaussian_log_likelihood(next_x, step.mean(base, x, embeds, pooled), step.scale))
+    gains = (step.log_likelihood(next_x, step.mean(trained, x, embeds, pooled), step.scale)
+             - step.log_likelihood(next_x, step.mean(base, x, embeds, pooled), step.scale))
     return float(gains[0::2].mean() - gains[1::2].mean())
 
 
 @pytest.mark.parametrize("direction", [1, -1])
-@pytest.mark.parametrize("step", [FlowStep(), DDIMStep()], ids=["sd3-flow-sde", "sd15-ddim"])
+@pytest.mark.parametrize("step", [FlowStep(), CPSStep(), DDIMStep()], ids=["sd3-flow-sde", "sd3-cps", "sd15-ddim"])
 def test_grpo_raises_the_likelihood_of_high_advantage_transitions(tmp_path, step, direction):
     base = step.denoiser()
     leans = [1, -1] * 8

@@ -52,7 +52,7 @@ def test_bf16_rollouts_keep_latents_records_and_embeddings_in_fp32(tiny_sd3_mode
     """generate.precision bf16 (SD3.5's recipes): the transformer and text encoders run in bf16; what is
     cached for training (conditioning, recorded steps, log-probs) stays fp32."""
     settings = SamplerSettings(steps=4, guidance_scale=4.5, eta=0.0, resolution=32)
-    sde = (0.7, [[0, 1], [1, 2], [2, 3], [0, 3]])
+    sde = (0.7, [[0, 1], [1, 2], [2, 3], [0, 3]], "flow_grpo")
     results = {}
     for dtype in (torch.float32, torch.bfloat16):
         pipe = models.load_pipeline({"family": "sd3", "path": str(tiny_sd3_model)}, dtype=dtype)
@@ -61,7 +61,8 @@ def test_bf16_rollouts_keep_latents_records_and_embeddings_in_fp32(tiny_sd3_mode
                                  progress=False, sde=sde)
     (_, full, full_tensors), (_, half, half_tensors) = results[torch.float32], results[torch.bfloat16]
     assert half.dtype == torch.float32 and torch.isfinite(half).all()
-    assert all(half_tensors[k].dtype == torch.float32 for k in half_tensors if k != "rollout/guidance_scale")
+    assert all(half_tensors[k].dtype == torch.float32 for k in half_tensors
+               if k not in ("rollout/guidance_scale", "rollout/sde_type"))
     # bf16 is a coarser version of the same computation, not another one
     assert (half - full).abs().mean() < 0.25 * full.abs().mean()
     assert not torch.equal(half, full)

@@ -15,7 +15,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from objective_checks import (advantage_table, alphas_cumprod, conditioning_tensors, config, ddim_mean_reference,
+from objective_checks import (advantage_table, alphas_cumprod, conditioning_tensors, config, cps_log_likelihood,
+                              cps_mean_reference, ddim_mean_reference,
                               ddim_std_reference, flow_sde_mean, flow_velocity, gaussian_log_likelihood, pair_inputs,
                               prompt_embeds, sd15_model_info, sd15_scheduler_config, style_latents, tiny_sd15_pipeline,
                               trained,
@@ -32,7 +33,7 @@ from rewardloop.sampling.sde import gaussian_log_prob
 from rewardloop.training.trainer import Trainer
 
 from test_nft import reference_nft_loss
-from test_objective_direction import DDIMStep, FlowStep, rollout_inputs
+from test_objective_direction import CPSStep, DDIMStep, FlowStep, rollout_inputs
 
 
 # --- DDIM with eta (Song et al. 2021) ---------------------------------------------------------
@@ -81,7 +82,7 @@ def step_noises(seed: int, steps: int, shape) -> list[torch.Tensor]:
     return [torch.randn(shape, generator=gen) for _ in range(steps)]
 
 
-def check_replay(records, sde_steps, seeds, final, shape, steps, step_fn):
+def check_replay(records, sde_steps, seeds, final, shape, steps, step_fn, log_likelihood=gaussian_log_likelihood):
     """Replay each sample: ``step_fn(x, j, i) -> (mean, scale of a stochastic step, record constants)``."""
     for i, seed in enumerate(seeds):
         x = torch.randn(shape, generator=torch.Generator().manual_seed(seed))[None]
@@ -93,7 +94,7 @@ def check_replay(records, sde_steps, seeds, final, shape, steps, step_fn):
                 assert torch.allclose(record["latents"], x[0].float(), atol=1e-5)
                 next_x = mean + scale * noises[j].double()
                 assert torch.allclose(record["next_latents"].double(), next_x[0], atol=1e-4)
-                expected = gaussian_log_likelihood(record["next_latents"][None], mean, scale)
+                expected = log_likelihood(record["next_latents"][None], mean, scale)
                 assert record["log_probs"].item() == pytest.approx(expected.item(), abs=1e-4)
                 for key, value in constants.items():
                     assert record[key].item() == pytest.approx(value, rel=1e-5), key
@@ -162,6 +163,55 @@ def test_flow_sde_rollouts_record_the_papers_transitions(tmp_path):
     check_replay(records, sde_steps, seeds, final, (16, 8, 8), 4, step)
 
 
+@torch.no_grad()
+def test_cps_rollouts_record_the_papers_transitions(tmp_path):
+    """sample_flow with CPS steps (flow_grpo's sde_type cps): std = sigma_next sin(a pi / 2), the mean that
+    keeps the interpolation's coefficients, fresh noise of that std, flow_grpo's log-prob -mean((x' - mean)^2);
+    Euler steps elsewhere (CPS with std 0 is the Euler step)."""
+    pipe = tiny_sd3_pipeline(tmp_path)
+    prompts, seeds, sde_steps, level = ["a red circle", "a blue square", "two dots"], [5, 17, 40], [[0, 1], [2], []], 0.7
+    settings = SamplerSettings(steps=4, guidance_scale=2.5, eta=0.0, resolution=32)
+    cond, _, pooled, _ = pipe.encode_prompt(prompts, None, None, device="cpu", do_classifier_free_guidance=False,
+                                            max_sequence_length=0)
+    uncond, _, uncond_pooled, _ = pipe.encode_prompt([""], None, None, device="cpu", do_classifier_free_guidance=False,
+                                                     max_sequence_length=0)
+    final, records = sample_flow(pipe, cond, pooled, seeds, settings, 2, sde_steps, level, progress=False,
+                                 sde_type="cps")
+    pipe.scheduler.set_timesteps(4)
+    sigmas = [float(s) for s in pipe.scheduler.sigmas]
+
+    def step(x, j, i):
+        sigma, sigma_next = sigmas[j], sigmas[j + 1]
+        v_uncond = flow_velocity(pipe.transformer, x.float(), sigma, uncond, uncond_pooled)
+        v_text = flow_velocity(pipe.transformer, x.float(), sigma, cond[i: i + 1], pooled[i: i + 1])
+        v = v_uncond + 2.5 * (v_text - v_uncond)
+        std = sigma_next * math.sin(level * math.pi / 2) if j in sde_steps[i] else 0.0
+        if std == 0.0:  # the Euler step
+            assert torch.allclose(cps_mean_reference(v, x, sigma, sigma_next, 0.0), x.double() + (sigma_next - sigma) * v)
+        return cps_mean_reference(v, x, sigma, sigma_next, std), std, {
+            "sigmas": sigma, "sigmas_next": sigma_next, "std": std, "timesteps": sigma * 1000}
+
+    check_replay(records, sde_steps, seeds, final, (16, 8, 8), 4, step, log_likelihood=cps_log_likelihood)
+
+
+def test_cps_preserves_the_interpolations_coefficients():
+    """On the exact velocity of x = (1 - s) x0 + s eps (v = eps - x0), a CPS step lands on (1 - s') x0 plus noise
+    of total variance s'^2: sqrt(s'^2 - std^2) of eps and std of fresh noise (Wang & Yu 2025, eq. 7)."""
+    from rewardloop.sampling.sde import cps_std, get_dynamics
+
+    gen = torch.Generator().manual_seed(0)
+    x0, eps, fresh = (torch.randn(2, 4, 8, 8, generator=gen) for _ in range(3))
+    sigmas = torch.tensor([0.9, 0.6, 0.0])
+    std = cps_std(sigmas, 0, 0.7)
+    assert std == pytest.approx(0.6 * math.sin(0.7 * math.pi / 2))
+    cps = get_dynamics("cps")
+    x_next, mean = cps.step(eps - x0, 0.1 * x0 + 0.9 * eps, 0.9, 0.6, std, fresh)
+    expected = 0.4 * x0 + math.sqrt(0.6**2 - std**2) * eps + std * fresh
+    torch.testing.assert_close(x_next, expected, rtol=1e-5, atol=1e-5)
+    assert cps_std(sigmas, 1, 0.7) == 0.0  # into sigma 0: no noise
+    torch.testing.assert_close(cps.log_prob(x_next, mean), -((std * fresh) ** 2).mean(dim=(1, 2, 3)))
+
+
 # --- each objective's loss on a micro-batch, recomputed from the stage's raw tensors ------------
 
 @pytest.mark.parametrize("augment", [{}, {"hflip": True, "proportion_empty_prompts": 0.5}], ids=["plain", "hflip-empty"])
@@ -216,7 +266,7 @@ def test_pair_losses_equal_the_papers_on_a_micro_batch(tmp_path, loss, augment):
     assert abs(held.item() - got.item()) > 1e-6
 
 
-@pytest.mark.parametrize("step", [FlowStep(), DDIMStep()], ids=["sd3-flow-sde", "sd15-ddim"])
+@pytest.mark.parametrize("step", [FlowStep(), CPSStep(), DDIMStep()], ids=["sd3-flow-sde", "sd3-cps", "sd15-ddim"])
 def test_grpo_loss_equals_the_papers_on_a_micro_batch(tmp_path, step):
     """Flow-GRPO's clipped surrogate and KL (flow_grpo train_sd3.py) on recorded steps re-scored with CFG."""
     leans = [1, -1] * 4
@@ -243,7 +293,7 @@ def test_grpo_loss_equals_the_papers_on_a_micro_batch(tmp_path, step):
     mean_ref = step.mean(model, x, embeds, pooled, uncond, 2.0)
     model.enable_adapters()
     advantages = torch.tensor(rows.advantage.to_numpy())
-    log_prob = gaussian_log_likelihood(next_x, mean, step.scale)
+    log_prob = step.log_likelihood(next_x, mean, step.scale)
     ratio = torch.exp(log_prob - old)
     policy_loss = torch.maximum(-advantages * ratio, -advantages * ratio.clamp(1 - clip, 1 + clip)).mean()
     kl = (((mean - mean_ref) ** 2).mean(dim=(1, 2, 3)) / (2 * step.std**2)).mean()

@@ -72,7 +72,7 @@ def test_sd15_shipped_with_pndm_rolls_out_as_with_ddim(tiny_model, tmp_path, eta
 def test_sd15_recorded_rollouts_equal_whatever_is_shipped(tiny_model, tmp_path):
     """GRPO on SD1.5 (DDPO): 10 distinct recorded timesteps, equal records, finite log-probs."""
     settings = SamplerSettings(steps=10, guidance_scale=5.0, eta=0.0, resolution=32)
-    sde = (1.0, [[0, 9], [4, 9], [8, 9], [9]])
+    sde = (1.0, [[0, 9], [4, 9], [8, 9], [9]], "flow_grpo")
     _, ddim, ddim_tensors = rollouts(tiny_model, "sd15", settings, sde)
     _, pndm, pndm_tensors = rollouts(shipped_with(tiny_model, tmp_path, SD15_PNDM), "sd15", settings, sde)
     assert torch.equal(ddim, pndm)
@@ -166,7 +166,7 @@ def test_a_published_layout_replica_rolls_out_as_with_ddim_shipped(tmp_path, fam
     ddim = {k: v for k, v in shipped.items() if k not in ("skip_prk_steps", "interpolation_type", "use_karras_sigmas")}
     ddim_copy = shipped_with(replica, tmp_path, {**ddim, "_class_name": "DDIMScheduler"})
     settings = SamplerSettings(steps=10, guidance_scale=5.0, eta=1.0, resolution=64)
-    sde = (1.0, [[0, 9], [4], [8, 9], [9]]) if family == "sd15" else None
+    sde = (1.0, [[0, 9], [4], [8, 9], [9]], "flow_grpo") if family == "sd15" else None
     _, published, published_tensors = rollouts(replica, family, settings, sde)
     _, ours, ours_tensors = rollouts(ddim_copy, family, settings, sde)
     assert torch.equal(published, ours)

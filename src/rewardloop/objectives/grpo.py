@@ -26,7 +26,7 @@ from rewardloop.models.families import EMPTY_PROMPT, Family
 from rewardloop.objectives.options import option
 from rewardloop.objectives.registry import Objective, ObjectiveError, TrainingInputs, objective
 from rewardloop.sampling.flow import Conditioning, guided_velocity
-from rewardloop.sampling.sde import gaussian_log_prob, step_mean, transition_log_prob
+from rewardloop.sampling.sde import SDE_TYPES, Dynamics, gaussian_log_prob, get_dynamics
 
 
 def clipped_policy_loss(log_prob, old_log_prob, advantages, clip_range: float):
@@ -66,6 +66,7 @@ class RolloutData:
     pooled: torch.Tensor | None
     uncond: tuple
     guidance_scale: float
+    dynamics: Dynamics | None = None  # the flow step type the rollouts recorded (None: DDIM)
 
     def __len__(self) -> int:
         return len(self.latents)
@@ -105,7 +106,18 @@ def load_rollouts(inputs: TrainingInputs, family: Family) -> RolloutData:
         pooled=torch.stack([get(f"pooled_embeds/{p}") for p in table.prompt_id]) if family.flow else None,
         uncond=(get(f"{EMPTY_PROMPT}/prompt_embeds")[None], pooled_uncond),
         guidance_scale=float(get("rollout/guidance_scale")),
+        # Files written before CPS existed hold no step type: they are Flow-GRPO SDE steps.
+        dynamics=get_dynamics(SDE_TYPES[int(inputs.tensors.get("rollout/sde_type", 0))]) if family.flow else None,
     )
+
+
+def _may_record_last_step(sde, steps: int, selected: list[int]) -> bool:
+    """Whether the step strategy can pick the rollout's last step (for sde_window: its window_range's end)."""
+    if sde["strategy"] == "sde_window":
+        return (sde.get("window_range") or (0, steps))[1] >= steps
+    if sde["strategy"] == "epoch_global_random_choice":
+        return max(sde.get("candidate_steps") or range(steps)) >= steps - 1
+    return steps - 1 in selected
 
 
 def epoch_batches(data_len: int, batch_size: int, inner_epochs: int, seed: int, iteration: int) -> list[torch.Tensor]:
@@ -147,11 +159,21 @@ class GRPO(Objective):
     def check(cls, config) -> None:
         from rewardloop.sampling.step_strategies import StepStrategyError, select_sde_steps
 
-        sde = config["generate"]["sde"]
+        sde, steps = config["generate"]["sde"], config["generate"]["steps"]
+        cps = sde.get("type", "flow_grpo") == "cps"
         if config["model"]["family"] == "sd15" and sde["noise_level"] > 1:
             raise ObjectiveError("generate.sde.noise_level: on sd15 it is DDIM's eta of the recorded steps; must be <= 1")
+        if cps:
+            if config["model"]["family"] != "sd3":
+                raise ObjectiveError("generate.sde.type: cps is a flow-matching step (sd3); sd15 records DDIM steps")
+            if sde["noise_level"] > 1:
+                raise ObjectiveError("generate.sde.noise_level: with type cps it is a in sin(a pi / 2); must be <= 1")
         try:
-            select_sde_steps(sde, config["generate"]["steps"], [0], 0)
+            selectable = select_sde_steps(sde, steps, [0], 0)[0]
+            if cps and _may_record_last_step(sde, steps, selectable):
+                raise ObjectiveError(f"generate.sde: a CPS step into sigma 0 (step {steps - 1}, the last) has no noise "
+                                     f"and no log-prob; end window_range at {steps - 1} or earlier (or keep candidate_steps "
+                                     f"below {steps - 1})")
         except StepStrategyError as exc:
             raise ObjectiveError(str(exc)) from exc
 
@@ -179,7 +201,7 @@ class GRPO(Objective):
             cond = Conditioning(data.embeds[index].to(device), data.pooled[index].to(device),
                                 uncond_embeds, data.uncond[1].expand(n, -1).to(device))
             velocity = guided_velocity(denoiser, lat, p["sigmas"], cond, data.guidance_scale, self.num_train_timesteps)
-            return step_mean(velocity, lat, p["sigmas"], p["sigmas_next"], p["std"])
+            return data.dynamics.mean(velocity, lat, p["sigmas"], p["sigmas_next"], p["std"])
         from rewardloop.sampling.ddim_logprob import ddim_mean, guided_eps
 
         eps = guided_eps(denoiser, lat, p["timesteps"], data.embeds[index].to(device), uncond_embeds,
@@ -190,7 +212,7 @@ class GRPO(Objective):
         p = {name: value[index, k].to(device) for name, value in data.params.items()}
         next_latents = data.next_latents[index, k].to(device)
         if data.family.flow:
-            return transition_log_prob(next_latents, mean, p["sigmas"], p["sigmas_next"], p["std"])
+            return data.dynamics.log_prob(next_latents, mean, p["sigmas"], p["sigmas_next"], p["std"])
         return gaussian_log_prob(next_latents, mean, p["std"])
 
     def loss(self, policy, data: RolloutData, micro):

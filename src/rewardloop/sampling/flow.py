@@ -2,8 +2,8 @@
 
 Every image has its own seed: the initial noise comes from a generator seeded with it and the
 per-step SDE noise from one seeded with ``seed + 1``, so a sample does not depend on its batch or
-shard. Steps listed in ``sde_steps[i]`` are SDE steps of noise level ``noise_level`` (see
-:mod:`rewardloop.sampling.sde`) and are recorded (latents, next latents, sigmas, std, log-prob, all fp32);
+shard. Steps listed in ``sde_steps[i]`` are SDE steps (Flow-GRPO's, or CPS with ``sde_type="cps"``)
+of noise level ``noise_level`` (see :mod:`rewardloop.sampling.sde`) and are recorded (latents, next latents, sigmas, std, log-prob, all fp32);
 the other steps are Euler (ODE) steps. Classifier-free guidance runs the conditional and the
 unconditional pass in one batch.
 """
@@ -16,7 +16,7 @@ from typing import Sequence
 import torch
 from tqdm.auto import tqdm
 
-from rewardloop.sampling.sde import sde_std, sde_step, transition_log_prob
+from rewardloop.sampling.sde import get_dynamics
 from rewardloop.sampling.trajectory import StepRecorder
 
 
@@ -89,7 +89,7 @@ def unconditional(pipe, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
 @torch.no_grad()
 def sample_flow(pipe, embeds: torch.Tensor, pooled: torch.Tensor, seeds: Sequence[int], settings, batch_size: int,
                 sde_steps: Sequence[Sequence[int]] | None = None, noise_level: float = 0.0,
-                progress: bool = True, desc: str = "generate", scheduler=None):
+                progress: bool = True, desc: str = "generate", scheduler=None, sde_type: str = "flow_grpo"):
     """Denoise one image per (embedding row, seed).
 
     Returns (final latents [N, C, h, w] fp32 on the CPU, per-sample records: a list of dicts of the
@@ -107,7 +107,8 @@ def sample_flow(pipe, embeds: torch.Tensor, pooled: torch.Tensor, seeds: Sequenc
     shape = latent_shape(pipe, settings.resolution)
     use_cfg = settings.guidance_scale > 1.0
     sde_steps = [list(s) for s in sde_steps] if sde_steps is not None else None
-    stds = [sde_std(sigmas, j, noise_level) for j in range(settings.steps)]
+    dynamics = get_dynamics(sde_type)
+    stds = [dynamics.std(sigmas, j, noise_level) for j in range(settings.steps)]
     outputs, records = [], []
     for start in tqdm(range(0, len(seeds), batch_size), desc=desc, unit="batch", disable=not progress):
         batch_seeds = list(seeds[start: start + batch_size])
@@ -126,10 +127,10 @@ def sample_flow(pipe, embeds: torch.Tensor, pooled: torch.Tensor, seeds: Sequenc
             std = torch.tensor([stds[j] if flag else 0.0 for flag in is_sde])
             noise = torch.stack([torch.randn(shape, generator=g) for g in generators]).to(device)
             velocity = guided_velocity(transformer, latents, sigma, cond, settings.guidance_scale, num_train)
-            next_latents, mean = sde_step(velocity, latents, sigma, sigma_next, std.to(device), noise)
+            next_latents, mean = dynamics.step(velocity, latents, sigma, sigma_next, std.to(device), noise)
             if any(is_sde):
-                log_probs = transition_log_prob(next_latents, mean, sigma, sigma_next,
-                                                torch.where(std > 0, std, torch.ones_like(std)).to(device))
+                log_probs = dynamics.log_prob(next_latents, mean, sigma, sigma_next,
+                                              torch.where(std > 0, std, torch.ones_like(std)).to(device))
                 recorder.add(is_sde, latents=latents, next_latents=next_latents, timesteps=sigma * num_train,
                              sigmas=sigma, sigmas_next=sigma_next, std=std, log_probs=log_probs)
             latents = next_latents

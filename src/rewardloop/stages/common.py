@@ -12,6 +12,8 @@ import pyarrow as pa
 from rewardloop.artifacts import IMAGE_TYPE, encode_png, write_json
 from rewardloop.models.families import EMPTY_PROMPT
 
+FLOW_SAMPLERS = {"flow_grpo": "flow_sde", "cps": "flow_cps"}  # samples.parquet's sampler, by generate.sde.type
+
 
 @contextlib.contextmanager
 def timed(metrics: dict, key: str) -> Iterator[None]:
@@ -47,9 +49,9 @@ def rollout(pipe, family, prompts: pd.DataFrame, seeds: list[list[int]], setting
     for flow models the sigma grid, rollout/sigmas).
     ``rows_slice``: only those samples (a shard; every prompt is still encoded together, so the
     conditioning equals the unsharded run's), with the conditioning of their prompts only.
-    ``sde``: GRPO rollouts, ``(noise level, SDE step indices of each sample)`` for all samples in row
-    order (prompt by prompt, then seed by seed; a shard takes its ``rows_slice``); those steps are
-    stochastic (flow SDE for SD3, DDIM with eta = noise level for SD1.5) and recorded.
+    ``sde``: GRPO rollouts, ``(noise level, SDE step indices of each sample, step type)`` for all samples
+    in row order (prompt by prompt, then seed by seed; a shard takes its ``rows_slice``); those steps
+    are stochastic (flow SDE or CPS for SD3, DDIM with eta = noise level for SD1.5) and recorded.
     """
     import torch
 
@@ -64,6 +66,7 @@ def rollout(pipe, family, prompts: pd.DataFrame, seeds: list[list[int]], setting
                          "prompt": prompt, "group": group, "seed": seed})
             row_index.append(i)
     sde_steps = list(sde[1]) if sde else None
+    sde_type = sde[2] if sde else "flow_grpo"
     if rows_slice is not None:
         rows, row_index = rows[rows_slice], row_index[rows_slice]
         sde_steps = sde_steps[rows_slice] if sde else None
@@ -72,13 +75,13 @@ def rollout(pipe, family, prompts: pd.DataFrame, seeds: list[list[int]], setting
     scheduler = build_sampler(pipe.scheduler.config, sampler_name(settings.scheduler, family.flow),
                               recorded=sde is not None)
     latents, records = _sample(pipe, family, row_cond, [r["seed"] for r in rows], settings, batch_size,
-                               sde[0] if sde else 0.0, sde_steps, progress, desc, scheduler)
+                               sde[0] if sde else 0.0, sde_steps, progress, desc, scheduler, sde_type)
     images = decode_latents(pipe, latents, batch_size)
     for row, image in zip(rows, images):
         row["image"] = encode_png(image, row["sample_id"] + ".png")
         row.update(settings.as_dict())
         if family.flow:  # Euler steps, SDE ones where recorded; DDIM's eta does not apply
-            row.update(sampler="flow_sde" if sde else "flow_euler", eta=float(sde[0]) if sde else 0.0)
+            row.update(sampler=FLOW_SAMPLERS[sde_type] if sde else "flow_euler", eta=float(sde[0]) if sde else 0.0)
         elif sde:  # DDIM, eta = the noise level on the recorded steps
             row.update(sampler="ddim_recorded", eta=float(sde[0]))
     used = {row["prompt_id"] for row in rows}
@@ -87,7 +90,7 @@ def rollout(pipe, family, prompts: pd.DataFrame, seeds: list[list[int]], setting
     empty = family.encode(pipe, [""])
     tensors.update({f"{EMPTY_PROMPT}/{k}": v[0].float().cpu() for k, v in empty.items()})
     if sde:
-        _add_records(tensors, rows, records, settings)
+        _add_records(tensors, rows, records, settings, sde_type)
     if family.flow:  # the timestep grid the rollout stepped from (DiffusionNFT trains at these)
         from rewardloop.sampling.flow import rollout_sigmas
 
@@ -95,14 +98,15 @@ def rollout(pipe, family, prompts: pd.DataFrame, seeds: list[list[int]], setting
     return pd.DataFrame(rows), latents, tensors
 
 
-def _sample(pipe, family, cond, seeds, settings, batch_size, noise_level, sde_steps, progress, desc, scheduler):
+def _sample(pipe, family, cond, seeds, settings, batch_size, noise_level, sde_steps, progress, desc, scheduler,
+            sde_type="flow_grpo"):
     """(final latents, records of the SDE steps or None) by the family's sampler."""
     if family.flow:
         from rewardloop.sampling.flow import sample_flow
 
         return sample_flow(pipe, cond["prompt_embeds"], cond["pooled_embeds"], seeds, settings, batch_size,
                            sde_steps=sde_steps, noise_level=noise_level, progress=progress, desc=desc,
-                           scheduler=scheduler)
+                           scheduler=scheduler, sde_type=sde_type)
     if sde_steps is not None:  # GRPO on SD1.5: DDIM with eta > 0 on the recorded steps (DDPO)
         from rewardloop.sampling.ddim_logprob import sample_ddim_recorded
 
@@ -114,11 +118,15 @@ def _sample(pipe, family, cond, seeds, settings, batch_size, noise_level, sde_st
                           scheduler=scheduler), None
 
 
-def _add_records(tensors: dict, rows, records, settings) -> None:
-    """Recorded SDE steps as ``trajectory/<sample_id>/<key>``, plus the guidance scale training re-applies."""
+def _add_records(tensors: dict, rows, records, settings, sde_type: str) -> None:
+    """Recorded SDE steps as ``trajectory/<sample_id>/<key>``, plus what training re-applies: the guidance
+    scale and the step type (``rollout/sde_type``, the index in sampling.sde.SDE_TYPES)."""
     import torch
 
+    from rewardloop.sampling.sde import SDE_TYPES
+
     tensors["rollout/guidance_scale"] = torch.tensor(float(settings.guidance_scale))
+    tensors["rollout/sde_type"] = torch.tensor(SDE_TYPES.index(sde_type))
     for row, record in zip(rows, records):
         tensors.update({f"trajectory/{row['sample_id']}/{key}": value for key, value in (record or {}).items()})
 

@@ -25,13 +25,14 @@ def sampler_settings(generate_cfg, steps=None, eta=None) -> SamplerSettings:
 
 
 def sde_selection(gen_cfg, seeds: list[list[int]], base_seed: int, iteration: int):
-    """(noise level, SDE steps of each sample in rollout order) from ``generate.sde`` and its step strategy."""
+    """(noise level, SDE steps of each sample in rollout order, step type) from ``generate.sde`` and its step
+    strategy."""
     from rewardloop.sampling.step_strategies import select_sde_steps
 
     sample_seeds = [s for row in seeds for s in row]
     iteration_seed = int(np.random.SeedSequence([base_seed, iteration + 1]).generate_state(1)[0])
     steps = select_sde_steps(gen_cfg["sde"], gen_cfg["steps"], sample_seeds, iteration_seed)
-    return gen_cfg["sde"]["noise_level"], steps
+    return gen_cfg["sde"]["noise_level"], steps, gen_cfg["sde"]["type"]
 
 
 def run(cfg, iteration: int, lora_dir, samples_path, latents_path, metrics_path, threads=1, progress=True,
