@@ -14,7 +14,7 @@ import torch
 from objective_checks import config, sd15_model_info
 from rewardloop.objectives import get_objective
 from rewardloop.objectives.preference import PairData, concat_pairs
-from rewardloop.objectives.nft import NFTData
+from rewardloop.objectives.clean_latents import CleanLatentData
 
 
 def pair_objective(iteration: int = 0, seed: int = 0, **train):
@@ -126,7 +126,7 @@ def test_nft_plan_trains_each_sample_at_distinct_grid_points_with_fresh_noise():
                  nft={"timestep_fraction": 0.6, "inner_epochs": 2})
     objective = get_objective("nft").from_config(cfg, 0)
     grid = torch.tensor([1.0, 0.9, 0.75, 0.5, 0.3])
-    data = NFTData(torch.zeros(10, 1), torch.zeros(10), torch.zeros(10, 1), torch.zeros(10, 1), grid)
+    data = CleanLatentData(torch.zeros(10, 1), torch.zeros(10), torch.zeros(10, 1), torch.zeros(10, 1), grid)
     plan = objective.plan(data, 1)
     per_sample = objective.trained_timesteps(data)
     assert per_sample == 3  # int(5 * 0.6)
