@@ -179,7 +179,7 @@ def rollout_inputs(step, model, leans, advantages, seed: int) -> TrainingInputs:
     next_x = biased_transitions(mean, step.scale, leans, seed + 3)
     old_log_prob = step.log_likelihood(next_x, mean, step.scale).float()
     for i, sid in enumerate(table.sample_id):
-        record = {"latents": x[i], "next_latents": next_x[i], "log_probs": old_log_prob[i],
+        record = {"latents": x[i], "next_latents": next_x[i], "log_probs": old_log_prob[i], "means": mean[i].float(),
                   **{k: torch.tensor(v, dtype=torch.float32) for k, v in step.params().items()}}
         tensors.update({f"trajectory/{sid}/{k}": v.unsqueeze(0) for k, v in record.items()})
     tensors["rollout/guidance_scale"] = torch.tensor(1.0)

@@ -93,6 +93,8 @@ def check_replay(records, sde_steps, seeds, final, shape, steps, step_fn, log_li
                 record = {key: value[k] for key, value in records[i].items()}
                 assert torch.allclose(record["latents"], x[0].float(), atol=1e-5)
                 next_x = mean + scale * noises[j].double()
+                if "means" in record:  # flow rollouts record the transition's mean (GRPO-Guard's mu_old)
+                    assert torch.allclose(record["means"].double(), mean[0], atol=1e-4)
                 assert torch.allclose(record["next_latents"].double(), next_x[0], atol=1e-4)
                 expected = log_likelihood(record["next_latents"][None], mean, scale)
                 assert record["log_probs"].item() == pytest.approx(expected.item(), abs=1e-4)

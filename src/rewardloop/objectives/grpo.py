@@ -10,6 +10,15 @@ reference (the same denoiser with the LoRA disabled), as flow_grpo's ``train_sd3
     kl_loss = mean(|mu_theta - mu_ref|^2) / (2 std_t^2)          (per sample, then averaged)
     loss = policy_loss + kl_beta * kl_loss
 
+With ``guard`` (GRPO-Guard, Wang et al. 2025, arXiv 2510.22319, as Flow-Factory's ``GRPOGuardTrainer``)
+the ratio is normalised and reweighted per step, s = std_t sqrt(-dt) the transition's std and
+mu_old the rollout's recorded mean:
+
+    ratio = exp((logp - logp_old) s + mean((mu_theta - mu_old)^2) / (2 s))
+
+which equals exp(mean(eps (mu_theta - mu_old))) with eps the rollout's noise: centred at 1 under
+the old policy (Flow-GRPO's ratio is biased below 1) and of a comparable spread at every step.
+
 An optimizer step accumulates the gradients of ``gradient_accumulation_steps`` batches times every
 recorded step (as Flow-GRPO does); ``inner_epochs`` passes over the samples. The order of
 micro-batches is a pure function of (seed, iteration), so a resumed run repeats the uninterrupted one.
@@ -29,15 +38,23 @@ from rewardloop.sampling.flow import Conditioning, guided_velocity
 from rewardloop.sampling.sde import SDE_TYPES, Dynamics, gaussian_log_prob, get_dynamics
 
 
-def clipped_policy_loss(log_prob, old_log_prob, advantages, clip_range: float):
-    """PPO's clipped surrogate; returns (loss, clipfrac, approx_kl = 0.5 * mean((logp - logp_old)^2))."""
-    ratio = torch.exp(log_prob - old_log_prob)
+def clipped_policy_loss(log_prob, old_log_prob, advantages, clip_range: float, ratio=None):
+    """PPO's clipped surrogate; returns (loss, clipfrac, approx_kl = 0.5 * mean((logp - logp_old)^2)).
+    ``ratio``: a ratio of its own (GRPO-Guard's) instead of exp(logp - logp_old)."""
+    ratio = torch.exp(log_prob - old_log_prob) if ratio is None else ratio
     unclipped = -advantages * ratio
     clipped = -advantages * torch.clamp(ratio, 1.0 - clip_range, 1.0 + clip_range)
     loss = torch.maximum(unclipped, clipped).mean()
     clipfrac = ((ratio - 1.0).abs() > clip_range).float().mean()
     approx_kl = 0.5 * ((log_prob - old_log_prob) ** 2).mean()
     return loss, clipfrac.detach(), approx_kl.detach()
+
+
+def guard_ratio(log_prob, old_log_prob, mean, old_mean, scale) -> torch.Tensor:
+    """GRPO-Guard's ratio exp((logp - logp_old) s + mean((mu - mu_old)^2) / (2 s)), s the transition std [B]."""
+    scale = torch.as_tensor(scale, dtype=torch.float32, device=mean.device).reshape(-1)
+    squared = ((mean.float() - old_mean.float()) ** 2).mean(dim=tuple(range(1, mean.ndim)))
+    return torch.exp((log_prob - old_log_prob) * scale + squared / (2 * scale))
 
 
 def kl_to_reference(mean: torch.Tensor, mean_ref: torch.Tensor, std) -> torch.Tensor:
@@ -60,6 +77,7 @@ class RolloutData:
     latents: torch.Tensor
     next_latents: torch.Tensor
     log_probs: torch.Tensor
+    means: torch.Tensor | None  # the rollout's transition means (flow; GRPO-Guard's mu_old)
     params: dict
     advantages: torch.Tensor
     embeds: torch.Tensor
@@ -100,6 +118,8 @@ def load_rollouts(inputs: TrainingInputs, family: Family) -> RolloutData:
     pooled_uncond = get(f"{EMPTY_PROMPT}/pooled_embeds")[None] if family.flow else None
     return RolloutData(
         family=family, latents=stack("latents"), next_latents=stack("next_latents"), log_probs=stack("log_probs"),
+        means=stack("means") if family.flow and f"trajectory/{table.sample_id.iloc[0]}/means" in inputs.tensors
+        else None,
         params={name: stack(name) for name in (FLOW_STEP_PARAMS if family.flow else DDIM_STEP_PARAMS)},
         advantages=torch.tensor(table.advantage.to_numpy(), dtype=torch.float32),
         embeds=torch.stack([get(f"prompt_embeds/{p}") for p in table.prompt_id]),
@@ -139,6 +159,10 @@ class GRPOOptions:
     inner_epochs: int = option(1, "Passes over the iteration's samples (flow_grpo train.num_inner_epochs); an "
                                   "optimizer step accumulates gradient_accumulation_steps batches x recorded steps.",
                                minimum=1)
+    guard: bool = option(False, "GRPO-Guard (Wang et al. 2025, arXiv 2510.22319; Flow-Factory's grpo-guard "
+                                "trainer): the ratio normalised by the rollout's step mean and reweighted by the "
+                                "transition std per step, against Flow-GRPO's negatively biased ratio "
+                                "(flow_grpo SDE steps on sd3 only).")
     debug_alignment: bool = option(False, "Skip the optimizer step, so train/log_prob_mean_abs_diff measures the "
                                           "pure rollout-vs-train numerical drift of the log-probs (the LoRA stays "
                                           "as it was).")
@@ -163,6 +187,9 @@ class GRPO(Objective):
         cps = sde.get("type", "flow_grpo") == "cps"
         if config["model"]["family"] == "sd15" and sde["noise_level"] > 1:
             raise ObjectiveError("generate.sde.noise_level: on sd15 it is DDIM's eta of the recorded steps; must be <= 1")
+        if (config["train"].get("grpo") or {}).get("guard") and (config["model"]["family"] != "sd3" or cps):
+            raise ObjectiveError("train.grpo.guard: GRPO-Guard normalises Flow-GRPO's Gaussian SDE steps; it needs "
+                                 "model.family sd3 and generate.sde.type flow_grpo")
         if cps:
             if config["model"]["family"] != "sd3":
                 raise ObjectiveError("generate.sde.type: cps is a flow-matching step (sd3); sd15 records DDIM steps")
@@ -226,13 +253,21 @@ class GRPO(Objective):
         log_prob = self._log_prob(data, index, k, mean, device)
         std = data.params["std"][index, k].to(device)  # KL scale: flow std_t, DDIM's transition std
         old = data.log_probs[index, k].to(device)
+        ratio = None
+        if self.options.guard:
+            if data.means is None:
+                raise ObjectiveError("train.grpo.guard: the rollouts hold no trajectory/<id>/means (generated before "
+                                     "GRPO-Guard existed?); rerun generate")
+            p = data.params
+            scale = (p["std"][index, k] * torch.sqrt(p["sigmas"][index, k] - p["sigmas_next"][index, k])).to(device)
+            ratio = guard_ratio(log_prob, old, mean, data.means[index, k].to(device), scale)
         policy_loss, clipfrac, approx_kl = clipped_policy_loss(log_prob, old, data.advantages[index].to(device),
-                                                               self.options.clip_range)
+                                                               self.options.clip_range, ratio)
         kl = kl_to_reference(mean, mean_ref, std).mean() if mean_ref is not None else torch.zeros((), device=device)
         loss = policy_loss + self.options.kl_beta * kl
         return loss, {
             "train/loss": loss.item(), "train/policy_loss": policy_loss.item(), "train/kl_loss": kl.item(),
             "train/clipfrac": clipfrac.item(), "train/approx_kl": approx_kl.item(),
             "train/log_prob_mean_abs_diff": (log_prob - old).abs().mean().item(),
-            "train/ratio_mean": torch.exp(log_prob - old).mean().item(),
+            "train/ratio_mean": (torch.exp(log_prob - old) if ratio is None else ratio).mean().item(),
         }

@@ -93,8 +93,9 @@ def sample_flow(pipe, embeds: torch.Tensor, pooled: torch.Tensor, seeds: Sequenc
     """Denoise one image per (embedding row, seed).
 
     Returns (final latents [N, C, h, w] fp32 on the CPU, per-sample records: a list of dicts of the
-    keys latents, next_latents, timesteps, sigmas, sigmas_next, std, log_probs stacked over that
-    sample's SDE steps, or None when ``sde_steps`` is None). ``scheduler``: the flow-match Euler
+    keys latents, next_latents, means, timesteps, sigmas, sigmas_next, std, log_probs stacked over that
+    sample's SDE steps (``means``: the transition's mean, which GRPO-Guard compares with the trained
+    policy's), or None when ``sde_steps`` is None). ``scheduler``: the flow-match Euler
     grid; default one built from the pipeline's scheduler config.
     """
     from rewardloop.sampling.schedulers import build_sampler
@@ -131,8 +132,9 @@ def sample_flow(pipe, embeds: torch.Tensor, pooled: torch.Tensor, seeds: Sequenc
             if any(is_sde):
                 log_probs = dynamics.log_prob(next_latents, mean, sigma, sigma_next,
                                               torch.where(std > 0, std, torch.ones_like(std)).to(device))
-                recorder.add(is_sde, latents=latents, next_latents=next_latents, timesteps=sigma * num_train,
-                             sigmas=sigma, sigmas_next=sigma_next, std=std, log_probs=log_probs)
+                recorder.add(is_sde, latents=latents, next_latents=next_latents, means=mean,
+                             timesteps=sigma * num_train, sigmas=sigma, sigmas_next=sigma_next, std=std,
+                             log_probs=log_probs)
             latents = next_latents
         outputs.append(latents.float().cpu())
         records += recorder.stacked()
