@@ -43,7 +43,7 @@ class DPOOptions:
 @objective("dpo")
 class DPO(PairObjective):
     Options = DPOOptions
-    description = "Diffusion-DPO on preference pairs (sd15, sdxl)."
+    description = "Diffusion-DPO on preference pairs (sd15, sdxl; sd3 with the flow-matching loss)."
     curves = ("train/loss", "train/implicit_acc")
     moved_keys = {"beta": "beta", "reference": "reference"}
 

@@ -3,6 +3,12 @@
 The generate stage cached every sample's final latents and every prompt's conditioning, so a
 training step never runs the VAE or a text encoder. Each micro-batch (pairs, noise, timesteps,
 empty-prompt and flip masks) is a pure function of (seed, iteration, step, micro).
+
+On a DDPM-family UNet (sd15, sdxl) the denoising loss is the ε (or v) MSE at a uniform timestep,
+as DiffusionDPO trains. On a rectified-flow transformer (sd3) it is the flow-matching loss, as
+flow_grpo's ``scripts/train_sd3_dpo.py`` trains SD3.5: u ~ logit-normal(0, 1), the index
+int(u * num_train_timesteps) into the shipped scheduler's (shifted) training grid gives sigma and
+the timestep, x_t = (1 - sigma) x0 + sigma eps, target v = eps - x0.
 """
 
 from __future__ import annotations
@@ -138,7 +144,7 @@ class PairObjective(Objective):
     """
 
     signal = "pairs"
-    families = ("sd15", "sdxl")
+    families = ("sd15", "sdxl", "sd3")
     multi_process = True
     full_model = True
     offline_pairs = True
@@ -147,13 +153,21 @@ class PairObjective(Objective):
         self.use_model(model)
         return load_pairs(inputs)
 
+    @classmethod
+    def check(cls, config) -> None:
+        if config["model"]["family"] == "sd3" and config["data"]["offline_pairs"]:
+            raise ObjectiveError("data.offline_pairs: offline pairs are encoded for sd15/sdxl UNets only; "
+                                 "set data.offline_pairs: null for an sd3 model")
+
     def use_model(self, model) -> None:
-        """The family's UNet inputs, the VAE's factor and the DDPM noise schedule of the checkpoint."""
-        from diffusers import DDPMScheduler
+        """The family's denoiser inputs, the VAE's factor and the checkpoint's training noise schedule
+        (DDPM; the flow-match grid of a rectified-flow model)."""
+        from diffusers import DDPMScheduler, FlowMatchEulerDiscreteScheduler
 
         self.family: Family = model.family
         self.vae_scale_factor = model.vae_scale_factor
-        self.noise_scheduler = DDPMScheduler.from_config(model.scheduler_config)
+        scheduler_class = FlowMatchEulerDiscreteScheduler if model.family.flow else DDPMScheduler
+        self.noise_scheduler = scheduler_class.from_config(model.scheduler_config)
 
     def add_offline(self, data: PairData, offline: TrainingInputs, fraction: float) -> PairData:
         """``data.offline_pairs`` (encoded by rule encode_offline_pairs) after the online pairs."""
@@ -174,7 +188,7 @@ class PairObjective(Objective):
         offline_count = _offline_count(data, total)
         index = _draw(data.online, total - offline_count, gen)
         noise = torch.randn((total, *data.chosen.shape[1:]), generator=gen)
-        timesteps = torch.randint(self.noise_scheduler.config.num_train_timesteps, (total,), generator=gen)
+        timesteps = self._draw_timesteps(total, gen)
         # Drawn after noise and timesteps, so those do not depend on whether the options are on.
         empty_mask = torch.rand(total, generator=gen) < self.train.proportion_empty_prompts
         flip_mask = (torch.rand(total, generator=gen) < 0.5) & bool(self.train.hflip)
@@ -182,6 +196,14 @@ class PairObjective(Objective):
             index = torch.cat([index, data.online + _draw(data.offline, offline_count, gen)])
         mine = slice(process_index * size, (process_index + 1) * size)
         return MicroBatch(index[mine], noise[mine], timesteps[mine], empty_mask[mine], flip_mask[mine])
+
+    def _draw_timesteps(self, count: int, gen: torch.Generator) -> torch.Tensor:
+        """DDPM: uniform integer timesteps; flow: indices into the training grid, u ~ logit-normal(0, 1)."""
+        steps = self.noise_scheduler.config.num_train_timesteps
+        if self.family.flow:
+            u = torch.sigmoid(torch.randn(count, generator=gen))
+            return (u * steps).long().clamp(max=steps - 1)
+        return torch.randint(steps, (count,), generator=gen)
 
     def batch_tensors(self, policy: Policy, data: PairData, micro, stream: int = TRAIN_STREAM):
         """(chosen, rejected, noise, timesteps, conditioning) of a micro-batch, on the policy's device."""
@@ -194,7 +216,9 @@ class PairObjective(Objective):
         return chosen, rejected, batch.noise.to(device), batch.timesteps.to(device), cond
 
     def denoising_losses(self, policy: Policy, module, latents, noise, timesteps, cond: Mapping) -> torch.Tensor:
-        """Per-sample denoising MSE of ``module`` (ε, or v for v-prediction models)."""
+        """Per-sample denoising MSE of ``module`` (ε, or v for v-prediction models; the flow velocity)."""
+        if self.family.flow:
+            return self._flow_matching_losses(policy, module, latents, noise, timesteps, cond)
         noisy = self.noise_scheduler.add_noise(latents, noise, timesteps)
         if self.noise_scheduler.config.prediction_type == "v_prediction":
             target = self.noise_scheduler.get_velocity(latents, noise, timesteps)
@@ -204,6 +228,18 @@ class PairObjective(Objective):
         with policy.autocast():
             prediction = module(noisy, timesteps, **self.family.unet_kwargs(cond, pixel_size)).sample
         return denoising_mse(prediction, target)
+
+    def _flow_matching_losses(self, policy: Policy, module, latents, noise, indices, cond: Mapping) -> torch.Tensor:
+        """Per-sample MSE of the predicted velocity against eps - x0 at the grid points ``indices``."""
+        sigmas = self.noise_scheduler.sigmas.to(latents.device)[indices]
+        timesteps = self.noise_scheduler.timesteps.to(latents.device)[indices]
+        s = sigmas.view(-1, *[1] * (latents.ndim - 1))
+        noisy = (1 - s) * latents + s * noise
+        dtype = policy.model.dtype
+        with policy.autocast():
+            prediction = module(noisy.to(dtype), encoder_hidden_states=cond["prompt_embeds"].to(dtype),
+                                pooled_projections=cond["pooled_embeds"].to(dtype), timestep=timesteps.to(dtype)).sample
+        return denoising_mse(prediction, noise - latents)
 
     @torch.no_grad()
     def evaluate(self, policy: Policy, data: PairData, batches: int = 4) -> dict:
