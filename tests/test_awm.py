@@ -164,3 +164,15 @@ def test_awm_lowers_the_flow_matching_error_of_high_advantage_images(tmp_path, d
              flow_matching_errors(trained_model, bad, embeds, pooled))
     moved = float((after[0] - before[0]).mean() - (after[1] - before[1]).mean())
     assert moved * direction < 0, moved
+
+
+def test_a_linear_ema_schedule_without_warmup_is_refused_at_startup():
+    from rewardloop.config import ConfigError, load
+    from workflow_helpers import ROOT
+
+    base = ROOT / "configs/tiny_sd3_awm.yaml"
+    with pytest.raises(ConfigError, match=r"^train\.awm\.ema_warmup_steps: the linear EMA schedule needs at least 1$"):
+        load(base, {"train": {"awm": {"ema_decay_schedule": "linear", "ema_warmup_steps": 0}}})
+    # the power schedule without warmup is the constant one (Flow-Factory's power_warmup_decay)
+    assert load(base, {"train": {"awm": {"ema_decay_schedule": "power", "ema_warmup_steps": 0}}})["train"]["awm"]
+    assert ema_decay("power", 0.4, 3, 0, 0.0) == 0.4
