@@ -77,7 +77,6 @@ class RolloutData:
     latents: torch.Tensor
     next_latents: torch.Tensor
     log_probs: torch.Tensor
-    means: torch.Tensor | None  # the rollout's transition means (flow; GRPO-Guard's mu_old)
     params: dict
     advantages: torch.Tensor
     embeds: torch.Tensor
@@ -85,6 +84,7 @@ class RolloutData:
     uncond: tuple
     guidance_scale: float
     dynamics: Dynamics | None = None  # the flow step type the rollouts recorded (None: DDIM)
+    means: torch.Tensor | None = None  # the rollout's transition means (flow; GRPO-Guard's mu_old)
 
     def __len__(self) -> int:
         return len(self.latents)
@@ -187,7 +187,7 @@ class GRPO(Objective):
         cps = sde.get("type", "flow_grpo") == "cps"
         if config["model"]["family"] == "sd15" and sde["noise_level"] > 1:
             raise ObjectiveError("generate.sde.noise_level: on sd15 it is DDIM's eta of the recorded steps; must be <= 1")
-        if (config["train"].get("grpo") or {}).get("guard") and (config["model"]["family"] != "sd3" or cps):
+        if (config.get("train", {}).get("grpo") or {}).get("guard") and (config["model"]["family"] != "sd3" or cps):
             raise ObjectiveError("train.grpo.guard: GRPO-Guard normalises Flow-GRPO's Gaussian SDE steps; it needs "
                                  "model.family sd3 and generate.sde.type flow_grpo")
         if cps:
