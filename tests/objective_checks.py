@@ -155,6 +155,33 @@ def flow_velocity(transformer, x, sigma, embeds, pooled) -> torch.Tensor:
     return transformer(x, encoder_hidden_states=embeds, pooled_projections=pooled, timestep=t).sample.double()
 
 
+def clean_latent_micro_batch(inputs: TrainingInputs, index: torch.Tensor):
+    """(its rows of advantages.parquet, x0, prompt embeddings, pooled embeddings) for a clean-latent micro-batch."""
+    rows = inputs.signal.iloc[index.numpy()]
+    t = inputs.tensors
+    x0 = torch.stack([t[f"latents/{s}"] for s in rows.sample_id])
+    embeds = torch.stack([t[f"prompt_embeds/{p}"] for p in rows.prompt_id])
+    pooled = torch.stack([t[f"pooled_embeds/{p}"] for p in rows.prompt_id])
+    return rows, x0, embeds, pooled
+
+
+@torch.no_grad()
+def three_velocities(policy, x_t, sigma, embeds, pooled, extra: str):
+    """(trained, reference = LoRA disabled, with the weight set ``extra`` swapped in) velocities at x_t."""
+    model = policy.model
+    v = flow_velocity(model, x_t, sigma, embeds, pooled)
+    model.disable_adapters()
+    v_ref = flow_velocity(model, x_t, sigma, embeds, pooled)
+    model.enable_adapters()
+    current = [p.detach().clone() for p in policy.trainable]
+    for p, other in zip(policy.trainable, policy.extra[extra]):
+        p.copy_(other)
+    v_extra = flow_velocity(model, x_t, sigma, embeds, pooled)
+    for p, value in zip(policy.trainable, current):
+        p.copy_(value)
+    return v, v_ref, v_extra
+
+
 def flow_sde_mean(v, x, sigma, sigma_next, std) -> torch.Tensor:
     """Flow-GRPO's SDE step mean (Liu et al. 2025, eq. 9 discretised; flow_grpo sde_step_with_logprob), float64."""
     x, dt = x.double(), sigma_next - sigma

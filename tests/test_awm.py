@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 import torch
 
-from objective_checks import config, flow_velocity, prompt_embeds, style_latents, tiny_transformer, trained
+from objective_checks import (clean_latent_micro_batch, config, flow_velocity, three_velocities, tiny_transformer,
+                              trained)
 from rewardloop.objectives.awm import ema_decay, matching_log_prob, stratified_grid_indices
 from rewardloop.objectives.registry import ObjectiveError
 
-from test_objective_direction import BAD, GOOD, SD3_LATENT, FlowStep, flow_matching_errors, nft_inputs
+from test_objective_direction import FlowStep, held_out_flow_matching_shift, nft_inputs
 
 
 def awm_config(**awm):
@@ -83,25 +84,12 @@ def test_awm_loss_equals_flow_factorys_on_a_micro_batch(tmp_path):
     policy, model = trainer.policy, trainer.model
     policy.extra["ema"] = [p.detach() * 0.5 for p in policy.trainable]  # an EMA between base and current
     index, grid_index, noise_seed = objective.plan(data, 1)[1][0]
-    rows = inputs.signal.iloc[index.numpy()]
+    rows, x0, embeds, pooled = clean_latent_micro_batch(inputs, index)
     t = inputs.tensors
-    x0 = torch.stack([t[f"latents/{s}"] for s in rows.sample_id])
-    embeds = torch.stack([t[f"prompt_embeds/{p}"] for p in rows.prompt_id])
-    pooled = torch.stack([t[f"pooled_embeds/{p}"] for p in rows.prompt_id])
     sigma = float(t["rollout/sigmas"][grid_index])
     noise = torch.randn(x0.shape, generator=torch.Generator().manual_seed(noise_seed))
     x_t = (1 - sigma) * x0 + sigma * noise
-    with torch.no_grad():
-        v = flow_velocity(model, x_t, sigma, embeds, pooled)
-        model.disable_adapters()
-        v_ref = flow_velocity(model, x_t, sigma, embeds, pooled)
-        model.enable_adapters()
-        current = [p.detach().clone() for p in policy.trainable]
-        for p, ema in zip(policy.trainable, policy.extra["ema"]):
-            p.copy_(ema)
-        v_ema = flow_velocity(model, x_t, sigma, embeds, pooled)
-        for p, value in zip(policy.trainable, current):
-            p.copy_(value)
+    v, v_ref, v_ema = three_velocities(policy, x_t, sigma, embeds, pooled, "ema")
     got, logs = objective.loss(policy, data, (index, grid_index, noise_seed))
     advantages = np.clip(rows.advantage.to_numpy(), -5, 5)
     # ratio = exp(logp - logp_old) = 1 here: the loss is mean(-A ratio), its value -mean(A).
@@ -153,16 +141,9 @@ def test_the_ema_follows_the_trained_weights_after_each_iteration(tmp_path):
 @pytest.mark.parametrize("direction", [1, -1])
 def test_awm_lowers_the_flow_matching_error_of_high_advantage_images(tmp_path, direction):
     """Held-out images of the style with the positive advantage become easier to generate; a flipped sign fails."""
-    base = tiny_transformer()
-    embeds, pooled = prompt_embeds(16, 64, seed=80), torch.randn(16, 64, generator=torch.Generator().manual_seed(81))
-    good, bad = style_latents(GOOD, 16, SD3_LATENT, seed=82), style_latents(BAD, 16, SD3_LATENT, seed=83)
-    before = flow_matching_errors(base, good, embeds, pooled), flow_matching_errors(base, bad, embeds, pooled)
     _, trainer, _, _ = trained(awm_config(inner_epochs=2), tiny_transformer(), nft_inputs(direction, seed=20),
                                FlowStep().model_info(), tmp_path)
-    trained_model = trainer.model
-    after = (flow_matching_errors(trained_model, good, embeds, pooled),
-             flow_matching_errors(trained_model, bad, embeds, pooled))
-    moved = float((after[0] - before[0]).mean() - (after[1] - before[1]).mean())
+    moved = held_out_flow_matching_shift(trainer.model)
     assert moved * direction < 0, moved
 
 

@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from objective_checks import config, trained
+from objective_checks import trained
 from rewardloop.config import ConfigError, load
 from rewardloop.objectives.grpo import guard_ratio
 

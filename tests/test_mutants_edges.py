@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 import torch
 
-from objective_checks import (alphas_cumprod, config, flow_velocity, pair_inputs, prompt_embeds, sd15_model_info,
-                              style_latents, tiny_transformer, tiny_unet)
+from objective_checks import (alphas_cumprod, clean_latent_micro_batch, config, flow_velocity, pair_inputs,
+                              prompt_embeds, sd15_model_info, style_latents, tiny_transformer, tiny_unet)
 from rewardloop.objectives import get_objective
 from rewardloop.objectives.grpo import clipped_policy_loss
 from rewardloop.objectives.options import option, section_schema
@@ -116,11 +116,8 @@ def test_nft_adds_a_kl_weight_below_1():
     policy = policy_on("cpu", model, reference)
     policy.extra["old"] = [p.detach().clone() for p in policy.trainable]
     index, grid_index, noise_seed = objective.plan(data, 1)[0][0]
-    rows = inputs.signal.iloc[index.numpy()]
+    rows, x0, embeds, pooled = clean_latent_micro_batch(inputs, index)
     t = inputs.tensors
-    x0 = torch.stack([t[f"latents/{s}"] for s in rows.sample_id])
-    embeds = torch.stack([t[f"prompt_embeds/{p}"] for p in rows.prompt_id])
-    pooled = torch.stack([t[f"pooled_embeds/{p}"] for p in rows.prompt_id])
     sigma = t["rollout/sigmas"][grid_index]
     noise = torch.randn(x0.shape, generator=torch.Generator().manual_seed(noise_seed))
     x_t = (1 - sigma.view(-1, 1, 1, 1)) * x0 + sigma.view(-1, 1, 1, 1) * noise
@@ -262,7 +259,7 @@ def test_the_registry_and_the_signal_table_name_what_they_miss():
                                              r"awm, dpo, grpo, nft, sft\)$"):
         get_objective("ppo")
     assert get_objective("dpo").schema()["description"] == (
-        "Options of train.loss dpo: Diffusion-DPO on preference pairs (sd15, sdxl).")
+        "Options of train.loss dpo: Diffusion-DPO on preference pairs (sd15, sdxl; sd3 with the flow-matching loss).")
     table = TrainingInputs(pd.DataFrame({"sample_id": ["s0"]}), {}, "advantages.parquet", "latents.safetensors")
     with pytest.raises(ObjectiveError, match=r"^advantages\.parquet: missing column\(s\) prompt_id, advantage$"):
         table.rows(("sample_id", "prompt_id", "advantage"), "empty")

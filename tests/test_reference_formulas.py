@@ -15,22 +15,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from objective_checks import (advantage_table, alphas_cumprod, conditioning_tensors, config, cps_log_likelihood,
-                              cps_mean_reference, ddim_mean_reference,
-                              ddim_std_reference, flow_sde_mean, flow_velocity, gaussian_log_likelihood, pair_inputs,
-                              prompt_embeds, sd15_model_info, sd15_scheduler_config, style_latents, tiny_sd15_pipeline,
-                              trained,
-                              tiny_sd3_pipeline, tiny_transformer, tiny_unet)
+from objective_checks import (alphas_cumprod, clean_latent_micro_batch, config, cps_log_likelihood,
+                              cps_mean_reference, ddim_mean_reference, ddim_std_reference, flow_sde_mean,
+                              flow_velocity, gaussian_log_likelihood, pair_inputs, prompt_embeds, sd15_model_info,
+                              sd15_scheduler_config, style_latents, three_velocities, tiny_sd15_pipeline,
+                              tiny_sd3_pipeline, tiny_transformer, tiny_unet, trained)
 from rewardloop.models.families import get_family
-from rewardloop.objectives import get_objective
 from rewardloop.objectives.preference import HELD_STREAM
-from rewardloop.sampling.ddim import SamplerSettings
-from rewardloop.objectives.registry import ModelInfo, TrainingInputs
 from rewardloop.sampling.ddim import SamplerSettings
 from rewardloop.sampling.ddim_logprob import ddim_mean, ddim_std, sample_ddim_recorded, step_alphas
 from rewardloop.sampling.flow import sample_flow
 from rewardloop.sampling.sde import gaussian_log_prob
-from rewardloop.training.trainer import Trainer
 
 from test_nft import reference_nft_loss
 from test_objective_direction import CPSStep, DDIMStep, FlowStep, rollout_inputs
@@ -136,33 +131,47 @@ def test_ddim_rollouts_record_the_papers_transitions(tmp_path):
     check_replay(records, sde_steps, seeds, final, (4, 8, 8), 4, step)
 
 
+SD3_PROMPTS, SD3_SEEDS, SD3_SDE_STEPS, SD3_LEVEL = ["a red circle", "a blue square", "two dots"], [5, 17, 40], \
+    [[0, 1], [2], []], 0.7
+
+
+def recorded_sd3_rollouts(tmp_path, sde_type: str):
+    """4-step CFG rollouts of the tiny SD3 with the recorded steps of ``sde_type``: (final, records, the
+    grid's sigmas, v(x, j, i) = the guided velocity of sample i at step j computed here)."""
+    pipe = tiny_sd3_pipeline(tmp_path)
+    settings = SamplerSettings(steps=4, guidance_scale=2.5, eta=0.0, resolution=32)
+    cond, _, pooled, _ = pipe.encode_prompt(SD3_PROMPTS, None, None, device="cpu", do_classifier_free_guidance=False,
+                                            max_sequence_length=0)
+    uncond, _, uncond_pooled, _ = pipe.encode_prompt([""], None, None, device="cpu", do_classifier_free_guidance=False,
+                                                     max_sequence_length=0)
+    final, records = sample_flow(pipe, cond, pooled, SD3_SEEDS, settings, 2, SD3_SDE_STEPS, SD3_LEVEL,
+                                 progress=False, sde_type=sde_type)
+    pipe.scheduler.set_timesteps(4)
+    sigmas = [float(s) for s in pipe.scheduler.sigmas]
+
+    def guided(x, j, i):
+        v_uncond = flow_velocity(pipe.transformer, x.float(), sigmas[j], uncond, uncond_pooled)
+        v_text = flow_velocity(pipe.transformer, x.float(), sigmas[j], cond[i: i + 1], pooled[i: i + 1])
+        return v_uncond + 2.5 * (v_text - v_uncond)
+
+    return final, records, sigmas, guided
+
+
 @torch.no_grad()
 def test_flow_sde_rollouts_record_the_papers_transitions(tmp_path):
     """sample_flow with SDE steps (Flow-GRPO): the paper's mean, std_t = a sqrt(s / (1 - s)) (flow_grpo's
     sde_step_with_logprob: 1 - sigmas[1] below the fraction at s = 1), scale std_t sqrt(-dt), CFG on the
     velocity, Euler steps elsewhere; sigmas from diffusers' scheduler."""
-    pipe = tiny_sd3_pipeline(tmp_path)
-    prompts, seeds, sde_steps, level = ["a red circle", "a blue square", "two dots"], [5, 17, 40], [[0, 1], [2], []], 0.7
-    settings = SamplerSettings(steps=4, guidance_scale=2.5, eta=0.0, resolution=32)
-    cond, _, pooled, _ = pipe.encode_prompt(prompts, None, None, device="cpu", do_classifier_free_guidance=False,
-                                            max_sequence_length=0)
-    uncond, _, uncond_pooled, _ = pipe.encode_prompt([""], None, None, device="cpu", do_classifier_free_guidance=False,
-                                                     max_sequence_length=0)
-    final, records = sample_flow(pipe, cond, pooled, seeds, settings, 2, sde_steps, level, progress=False)
-    pipe.scheduler.set_timesteps(4)
-    sigmas = [float(s) for s in pipe.scheduler.sigmas]
+    final, records, sigmas, guided = recorded_sd3_rollouts(tmp_path, "flow_grpo")
 
     def step(x, j, i):
         sigma, sigma_next = sigmas[j], sigmas[j + 1]
-        v_uncond = flow_velocity(pipe.transformer, x.float(), sigma, uncond, uncond_pooled)
-        v_text = flow_velocity(pipe.transformer, x.float(), sigma, cond[i: i + 1], pooled[i: i + 1])
-        v = v_uncond + 2.5 * (v_text - v_uncond)
         denominator = 1 - (sigma if sigma < 1 else sigmas[1])  # flow_grpo: sigma_max = sigmas[1] at sigma = 1
-        std = level * math.sqrt(sigma / denominator) if j in sde_steps[i] else 0.0
-        return flow_sde_mean(v, x, sigma, sigma_next, std), std * math.sqrt(sigma - sigma_next), {
+        std = SD3_LEVEL * math.sqrt(sigma / denominator) if j in SD3_SDE_STEPS[i] else 0.0
+        return flow_sde_mean(guided(x, j, i), x, sigma, sigma_next, std), std * math.sqrt(sigma - sigma_next), {
             "sigmas": sigma, "sigmas_next": sigma_next, "std": std, "timesteps": sigma * 1000}
 
-    check_replay(records, sde_steps, seeds, final, (16, 8, 8), 4, step)
+    check_replay(records, SD3_SDE_STEPS, SD3_SEEDS, final, (16, 8, 8), 4, step)
 
 
 @torch.no_grad()
@@ -170,30 +179,18 @@ def test_cps_rollouts_record_the_papers_transitions(tmp_path):
     """sample_flow with CPS steps (flow_grpo's sde_type cps): std = sigma_next sin(a pi / 2), the mean that
     keeps the interpolation's coefficients, fresh noise of that std, flow_grpo's log-prob -mean((x' - mean)^2);
     Euler steps elsewhere (CPS with std 0 is the Euler step)."""
-    pipe = tiny_sd3_pipeline(tmp_path)
-    prompts, seeds, sde_steps, level = ["a red circle", "a blue square", "two dots"], [5, 17, 40], [[0, 1], [2], []], 0.7
-    settings = SamplerSettings(steps=4, guidance_scale=2.5, eta=0.0, resolution=32)
-    cond, _, pooled, _ = pipe.encode_prompt(prompts, None, None, device="cpu", do_classifier_free_guidance=False,
-                                            max_sequence_length=0)
-    uncond, _, uncond_pooled, _ = pipe.encode_prompt([""], None, None, device="cpu", do_classifier_free_guidance=False,
-                                                     max_sequence_length=0)
-    final, records = sample_flow(pipe, cond, pooled, seeds, settings, 2, sde_steps, level, progress=False,
-                                 sde_type="cps")
-    pipe.scheduler.set_timesteps(4)
-    sigmas = [float(s) for s in pipe.scheduler.sigmas]
+    final, records, sigmas, guided = recorded_sd3_rollouts(tmp_path, "cps")
 
     def step(x, j, i):
         sigma, sigma_next = sigmas[j], sigmas[j + 1]
-        v_uncond = flow_velocity(pipe.transformer, x.float(), sigma, uncond, uncond_pooled)
-        v_text = flow_velocity(pipe.transformer, x.float(), sigma, cond[i: i + 1], pooled[i: i + 1])
-        v = v_uncond + 2.5 * (v_text - v_uncond)
-        std = sigma_next * math.sin(level * math.pi / 2) if j in sde_steps[i] else 0.0
+        v = guided(x, j, i)
+        std = sigma_next * math.sin(SD3_LEVEL * math.pi / 2) if j in SD3_SDE_STEPS[i] else 0.0
         if std == 0.0:  # the Euler step
             assert torch.allclose(cps_mean_reference(v, x, sigma, sigma_next, 0.0), x.double() + (sigma_next - sigma) * v)
         return cps_mean_reference(v, x, sigma, sigma_next, std), std, {
             "sigmas": sigma, "sigmas_next": sigma_next, "std": std, "timesteps": sigma * 1000}
 
-    check_replay(records, sde_steps, seeds, final, (16, 8, 8), 4, step, log_likelihood=cps_log_likelihood)
+    check_replay(records, SD3_SDE_STEPS, SD3_SEEDS, final, (16, 8, 8), 4, step, log_likelihood=cps_log_likelihood)
 
 
 def test_cps_preserves_the_interpolations_coefficients():
@@ -325,28 +322,16 @@ def test_nft_loss_equals_the_reference_code_on_a_micro_batch(tmp_path):
     cfg = config("configs/tiny_sd3_grpo.yaml", loss="nft", batch_size=4, learning_rate=3e-3,
                  gradient_accumulation_steps=1, nft={"beta": 0.5, "kl_beta": 300.0})
     objective, trainer, data, _ = trained(cfg, tiny_transformer(), inputs, FlowStep().model_info(), tmp_path)
-    policy, model = trainer.policy, trainer.model
+    policy = trainer.policy
     policy.extra["old"] = [p.detach() * 0.5 for p in policy.trainable]  # an old policy between base and current
     index, grid_index, noise_seed = objective.plan(data, 1)[1][0]
-    rows = inputs.signal.iloc[index.numpy()]
+    rows, x0, embeds, pooled = clean_latent_micro_batch(inputs, index)
     t = inputs.tensors
-    x0 = torch.stack([t[f"latents/{s}"] for s in rows.sample_id])
-    embeds = torch.stack([t[f"prompt_embeds/{p}"] for p in rows.prompt_id])
-    pooled = torch.stack([t[f"pooled_embeds/{p}"] for p in rows.prompt_id])
     sigma = t["rollout/sigmas"][grid_index]  # the rollout's grid without its final 0
     noise = torch.randn(x0.shape, generator=torch.Generator().manual_seed(noise_seed))
     x_t = (1 - sigma.view(-1, 1, 1, 1)) * x0 + sigma.view(-1, 1, 1, 1) * noise
+    v, v_ref, v_old = three_velocities(policy, x_t, sigma, embeds, pooled, "old")
     with torch.no_grad():
-        v = flow_velocity(model, x_t, sigma, embeds, pooled)
-        model.disable_adapters()
-        v_ref = flow_velocity(model, x_t, sigma, embeds, pooled)
-        model.enable_adapters()
-        current = [p.detach().clone() for p in policy.trainable]
-        for p, old in zip(policy.trainable, policy.extra["old"]):
-            p.copy_(old)
-        v_old = flow_velocity(model, x_t, sigma, embeds, pooled)
-        for p, value in zip(policy.trainable, current):
-            p.copy_(value)
         got, logs = objective.loss(policy, data, (index, grid_index, noise_seed))
     as_numpy = [a.double().numpy() for a in (v, v_old, x_t, x0, sigma)]
     expected = reference_nft_loss(*as_numpy, rows.advantage.to_numpy(), 0.5, 5.0)

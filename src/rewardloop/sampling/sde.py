@@ -70,16 +70,20 @@ def transition_log_prob(next_sample: torch.Tensor, mean: torch.Tensor, sigma, si
     return gaussian_log_prob(next_sample, mean, scale)
 
 
+def _with_noise(mean: torch.Tensor, std, scale, noise: torch.Tensor | None, name: str):
+    """(mean + scale * noise, mean); without noise only where std is 0 everywhere (an ODE step)."""
+    if noise is None:
+        if bool((per_sample(std, mean) > 0).any()):
+            raise ValueError(f"{name}: noise is required for a step with std > 0")
+        return mean, mean
+    return mean + scale * noise.float(), mean
+
+
 def sde_step(velocity, sample, sigma, sigma_next, std, noise: torch.Tensor | None = None):
     """One step: returns (next sample, its mean). ``noise`` (standard normal) is required where std > 0."""
     mean = step_mean(velocity, sample, sigma, sigma_next, std)
-    std_t = per_sample(std, mean)
-    if noise is None:
-        if bool((std_t > 0).any()):
-            raise ValueError("sde_step: noise is required for a step with std > 0")
-        return mean, mean
-    scale = std_t * torch.sqrt(per_sample(sigma, mean) - per_sample(sigma_next, mean))
-    return mean + scale * noise.float(), mean
+    scale = per_sample(std, mean) * torch.sqrt(per_sample(sigma, mean) - per_sample(sigma_next, mean))
+    return _with_noise(mean, std, scale, noise, "sde_step")
 
 
 # --- Coefficients-Preserving Sampling (CPS) -------------------------------------------------------
@@ -106,12 +110,7 @@ def cps_log_prob(next_sample: torch.Tensor, mean: torch.Tensor, sigma=None, sigm
 def cps_step(velocity, sample, sigma, sigma_next, std, noise: torch.Tensor | None = None):
     """One CPS step: returns (next sample, its mean)."""
     mean = cps_mean(velocity, sample, sigma, sigma_next, std)
-    std_t = per_sample(std, mean)
-    if noise is None:
-        if bool((std_t > 0).any()):
-            raise ValueError("cps_step: noise is required for a step with std > 0")
-        return mean, mean
-    return mean + std_t * noise.float(), mean
+    return _with_noise(mean, std, per_sample(std, mean), noise, "cps_step")
 
 
 @dataclass(frozen=True)
