@@ -35,6 +35,7 @@ def toy_objective():
     class WeightedSFT(PairObjective):
         Options = ChosenWeightOptions
         description = "SFT weighting the chosen image (a test objective)."
+        families = ("sd15", "sdxl")  # narrower than the pair objectives' default
 
         def loss(self, policy, data, micro, stream=0):
             chosen, _, noise, timesteps, cond = self.batch_tensors(policy, data, micro, stream)
