@@ -33,7 +33,7 @@ MUTANTS = [
      "advantages=torch.tensor(table.advantage.to_numpy(), dtype=torch.float32),",
      "advantages=-torch.tensor(table.advantage.to_numpy(), dtype=torch.float32),",
      ["tests/test_objective_direction.py::test_grpo_raises_the_likelihood_of_high_advantage_transitions"]),
-    ("PPO surrogate taking the optimistic branch", "objectives/grpo.py",
+    ("PPO surrogate taking the optimistic branch", "objectives/advantage_training.py",
      "loss = torch.maximum(unclipped, clipped).mean()", "loss = torch.minimum(unclipped, clipped).mean()",
      ["tests/test_reference_formulas.py::test_grpo_loss_equals_the_papers_on_a_micro_batch"]),
     ("NFT optimality reversed", "objectives/nft.py",
@@ -44,6 +44,13 @@ MUTANTS = [
      "return noise_level * math.sqrt(sigma / denominator)",
      "return noise_level * math.sqrt((1 - denominator) / denominator)",
      ["tests/test_reference_formulas.py::test_flow_sde_rollouts_record_the_papers_transitions"]),
+    ("AWM's log-prob with the sign flipped", "objectives/awm.py",
+     "    return (-weighted).float()", "    return weighted.float()",
+     ["tests/test_awm.py::test_awm_lowers_the_flow_matching_error_of_high_advantage_images"]),
+    ("CPS noise scaled by sigma instead of sigma_next", "sampling/sde.py",
+     "return float(sigmas[index + 1]) * math.sin(noise_level * math.pi / 2)",
+     "return float(sigmas[index]) * math.sin(noise_level * math.pi / 2)",
+     ["tests/test_reference_formulas.py::test_cps_rollouts_record_the_papers_transitions"]),
 ]
 
 

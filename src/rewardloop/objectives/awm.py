@@ -34,7 +34,7 @@ import torch
 
 from rewardloop.objectives.clean_latents import (CleanLatentData, conditional_velocity, load_clean_latents, noised,
                                                  seeded)
-from rewardloop.objectives.grpo import clipped_policy_loss, epoch_batches
+from rewardloop.objectives.advantage_training import clipped_policy_loss, epoch_batches
 from rewardloop.objectives.options import option
 from rewardloop.objectives.registry import Objective, ObjectiveError, TrainingInputs, objective
 

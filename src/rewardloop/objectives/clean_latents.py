@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from rewardloop.objectives.grpo import load_advantages
+from rewardloop.objectives.advantage_training import load_advantages
 from rewardloop.objectives.registry import TrainingInputs
 
 

@@ -28,26 +28,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from rewardloop.models.families import EMPTY_PROMPT, Family
+from rewardloop.objectives.advantage_training import clipped_policy_loss, epoch_batches, load_advantages
 from rewardloop.objectives.options import option
 from rewardloop.objectives.registry import Objective, ObjectiveError, TrainingInputs, objective
 from rewardloop.sampling.flow import Conditioning, guided_velocity
 from rewardloop.sampling.sde import SDE_TYPES, Dynamics, gaussian_log_prob, get_dynamics
-
-
-def clipped_policy_loss(log_prob, old_log_prob, advantages, clip_range: float, ratio=None):
-    """PPO's clipped surrogate; returns (loss, clipfrac, approx_kl = 0.5 * mean((logp - logp_old)^2)).
-    ``ratio``: a ratio of its own (GRPO-Guard's) instead of exp(logp - logp_old)."""
-    ratio = torch.exp(log_prob - old_log_prob) if ratio is None else ratio
-    unclipped = -advantages * ratio
-    clipped = -advantages * torch.clamp(ratio, 1.0 - clip_range, 1.0 + clip_range)
-    loss = torch.maximum(unclipped, clipped).mean()
-    clipfrac = ((ratio - 1.0).abs() > clip_range).float().mean()
-    approx_kl = 0.5 * ((log_prob - old_log_prob) ** 2).mean()
-    return loss, clipfrac.detach(), approx_kl.detach()
 
 
 def guard_ratio(log_prob, old_log_prob, mean, old_mean, scale) -> torch.Tensor:
@@ -98,11 +86,6 @@ FLOW_STEP_PARAMS = ("sigmas", "sigmas_next", "std")
 DDIM_STEP_PARAMS = ("timesteps", "alphas", "alphas_prev", "std")
 
 
-def load_advantages(inputs: TrainingInputs):
-    """advantages.parquet's rows (sample_id, prompt_id, advantage), refusing an empty table."""
-    return inputs.rows(("sample_id", "prompt_id", "advantage"), "no samples with a non-zero advantage (every group tied?)")
-
-
 def load_rollouts(inputs: TrainingInputs, family: Family) -> RolloutData:
     table = load_advantages(inputs)
 
@@ -138,16 +121,6 @@ def _may_record_last_step(sde, steps: int, selected: list[int]) -> bool:
     if sde["strategy"] == "epoch_global_random_choice":
         return max(sde.get("candidate_steps") or range(steps)) >= steps - 1
     return steps - 1 in selected
-
-
-def epoch_batches(data_len: int, batch_size: int, inner_epochs: int, seed: int, iteration: int) -> list[torch.Tensor]:
-    """Sample indices of each batch: every inner epoch a seeded permutation of the samples, in batches."""
-    batches = []
-    for epoch in range(inner_epochs):
-        state = np.random.SeedSequence([seed, iteration + 1, 7, epoch]).generate_state(1)[0]
-        order = torch.randperm(data_len, generator=torch.Generator().manual_seed(int(state)))
-        batches += [order[i: i + batch_size] for i in range(0, data_len, batch_size)]
-    return batches
 
 
 @dataclass(frozen=True)
