@@ -11,6 +11,8 @@ import dataclasses
 from typing import Optional
 
 import pandas as pd
+import math
+
 import pytest
 import torch
 
@@ -263,3 +265,32 @@ def test_the_registry_and_the_signal_table_name_what_they_miss():
     table = TrainingInputs(pd.DataFrame({"sample_id": ["s0"]}), {}, "advantages.parquet", "latents.safetensors")
     with pytest.raises(ObjectiveError, match=r"^advantages\.parquet: missing column\(s\) prompt_id, advantage$"):
         table.rows(("sample_id", "prompt_id", "advantage"), "empty")
+
+
+# --- a dynamically shifted flow grid follows the image's token count -----------------------------
+
+def test_a_dynamically_shifted_grid_follows_the_images_token_count():
+    """SD3 pipeline's calculate_shift: mu = m * tokens + b on the line through (base_image_seq_len, base_shift) and
+    (max_image_seq_len, max_shift) of the config, tokens = (h / patch) (w / patch) of the latent;
+    sigma = e^mu / (e^mu + 1 / s - 1) on s = linspace(1, 1e-3, N)."""
+    from types import SimpleNamespace
+
+    from diffusers import FlowMatchEulerDiscreteScheduler
+
+    from rewardloop.sampling.ddim import SamplerSettings
+    from rewardloop.sampling.flow import rollout_sigmas
+
+    pipe = SimpleNamespace(vae_scale_factor=8, transformer=SimpleNamespace(config=SimpleNamespace(in_channels=16,
+                                                                                                  patch_size=2)))
+    scheduler = FlowMatchEulerDiscreteScheduler(use_dynamic_shifting=True, base_shift=0.5, max_shift=1.15,
+                                                base_image_seq_len=256, max_image_seq_len=4096)
+    grids = {}
+    for resolution in (512, 1024, 384):  # 1024, 4096 and 576 tokens
+        settings = SamplerSettings(steps=4, guidance_scale=1.0, eta=0.0, resolution=resolution)
+        tokens = (resolution // 8 // 2) ** 2
+        mu = 0.5 + (1.15 - 0.5) * (tokens - 256) / (4096 - 256)
+        s = torch.linspace(1.0, 1e-3, 4, dtype=torch.float64)
+        expected = torch.cat([math.exp(mu) / (math.exp(mu) + 1 / s - 1), torch.zeros(1, dtype=torch.float64)])
+        grids[resolution] = rollout_sigmas(pipe, scheduler, settings)
+        torch.testing.assert_close(grids[resolution].double(), expected, rtol=1e-5, atol=1e-6)
+    assert (grids[1024][1:-1] > grids[512][1:-1]).all()  # more tokens, more shift
