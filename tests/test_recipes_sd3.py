@@ -33,8 +33,8 @@ def test_ocr_recipe_keeps_the_miles_values():
     assert config["advantages"]["globalize_reward_std"] is True and "ocr" in config["rewards"]
 
 
-@pytest.mark.parametrize("family, loss, ok", [("sd3", "dpo", False), ("sd15", "nft", False), ("sd15", "grpo", True),
-                                              ("sd3", "nft", True)])
+@pytest.mark.parametrize("family, loss, ok", [("sd3", "dpo", True), ("sdxl", "awm", False), ("sd15", "nft", False),
+                                              ("sd15", "grpo", True), ("sd3", "nft", True)])
 def test_loss_must_fit_the_family(family, loss, ok):
     from rewardloop.config import ConfigError, load
 

@@ -89,7 +89,7 @@ def test_final_alpha_one_still_gives_the_last_recorded_step_a_std(tiny_model, tm
     del config["skip_prk_steps"]
     settings = SamplerSettings(steps=4, guidance_scale=1.0, eta=0.0, resolution=32)
     _, _, tensors = rollouts(shipped_with(tiny_model, tmp_path, config), "sd15", settings,
-                             (1.0, [[3], [3], [3], [3]]))
+                             (1.0, [[3], [3], [3], [3]], "flow_grpo"))
     std = tensors["trajectory/t-p0-00/std"]
     log_probs = torch.stack([tensors[f"trajectory/t-p{p}-0{g}/log_probs"] for p in (0, 1) for g in (0, 1)])
     assert float(std[0]) > 0.01 and torch.isfinite(log_probs).all()
