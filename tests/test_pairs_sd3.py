@@ -9,15 +9,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from objective_checks import config, flow_velocity, prompt_embeds, style_latents, tiny_transformer, trained
+from objective_checks import (config, flow_velocity, pair_inputs, prompt_embeds, style_latents, tiny_transformer,
+                              trained)
 from rewardloop.config import ConfigError
 
 from test_objective_direction import BAD, GOOD, SD3_LATENT, FlowStep, held_out_flow_matching_shift
 
 
 def sd3_pair_inputs(chosen, rejected, seed: int):
-    from objective_checks import pair_inputs
-
+    """pair_inputs with the pooled embeddings an SD3 transformer also reads."""
     inputs = pair_inputs(chosen, rejected, prompt_embeds(len(chosen), 64, seed=seed))
     gen = torch.Generator().manual_seed(seed + 1)
     for i in range(len(chosen)):

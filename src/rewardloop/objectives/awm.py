@@ -32,9 +32,9 @@ from dataclasses import dataclass
 
 import torch
 
-from rewardloop.objectives.clean_latents import (CleanLatentData, conditional_velocity, load_clean_latents, noised,
-                                                 seeded)
 from rewardloop.objectives.advantage_training import clipped_policy_loss, epoch_batches
+from rewardloop.objectives.clean_latents import (CleanLatentData, conditional_velocity, load_clean_latents, noised,
+                                                 seeded, velocity_kl)
 from rewardloop.objectives.options import option
 from rewardloop.objectives.registry import Objective, ObjectiveError, TrainingInputs, objective
 
@@ -198,9 +198,9 @@ class AWM(Objective):
         if options.kl_beta > 0:
             with torch.no_grad(), policy.reference() as reference:
                 v_ref = self._velocity(policy, reference, x_t, t, embeds, pooled)
-            kl = ((v - v_ref) ** 2).mean(dim=tuple(range(1, v.ndim))).mean()
+            kl = velocity_kl(v, v_ref)
         if v_ema is not None:
-            ema_kl = ((v - v_ema) ** 2).mean(dim=tuple(range(1, v.ndim))).mean()
+            ema_kl = velocity_kl(v, v_ema)
         loss = policy_loss + options.kl_beta * kl + options.ema_kl_beta * ema_kl
         return loss, {"train/loss": loss.item(), "train/policy_loss": policy_loss.item(), "train/kl_loss": kl.item(),
                       "train/ema_kl_loss": ema_kl.item(), "train/clipfrac": clipfrac.item(),

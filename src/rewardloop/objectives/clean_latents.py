@@ -61,3 +61,8 @@ def conditional_velocity(policy, module, x_t, t, embeds, pooled, num_train_times
     with policy.autocast():
         return module(x_t.to(dtype), encoder_hidden_states=embeds.to(dtype), pooled_projections=pooled.to(dtype),
                       timestep=(t * num_train_timesteps).to(dtype)).sample.float()
+
+
+def velocity_kl(v: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+    """Both reference codes' velocity-space KL: mean over the batch of mean((v - v_other)^2) per sample."""
+    return ((v - other) ** 2).mean(dim=tuple(range(1, v.ndim))).mean()

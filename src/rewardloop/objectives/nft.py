@@ -29,9 +29,9 @@ from dataclasses import dataclass
 
 import torch
 
-from rewardloop.objectives.clean_latents import (CleanLatentData, conditional_velocity, load_clean_latents, noised,
-                                                 seeded)
 from rewardloop.objectives.advantage_training import epoch_batches
+from rewardloop.objectives.clean_latents import (CleanLatentData, conditional_velocity, load_clean_latents, noised,
+                                                 seeded, velocity_kl)
 from rewardloop.objectives.options import option
 from rewardloop.objectives.registry import Objective, TrainingInputs, objective
 
@@ -153,7 +153,7 @@ class NFT(Objective):
         if self.options.kl_beta > 0:
             with torch.no_grad(), policy.reference() as reference:
                 v_ref = self._velocity(policy, reference, x_t, t, embeds, pooled)
-            kl = ((v - v_ref) ** 2).mean(dim=tuple(range(1, v.ndim))).mean()
+            kl = velocity_kl(v, v_ref)
         loss = policy_loss + self.options.kl_beta * kl
         return loss, {"train/loss": loss.item(), "train/policy_loss": policy_loss.item(), "train/kl_loss": kl.item(),
                       "train/old_deviate": ((v.detach() - v_old) ** 2).mean().item()}
