@@ -53,7 +53,7 @@ summary: $(STAMP)
 	$(BIN)/rewardloop summary results/
 
 mlflow-ui: $(STAMP)
-	$(BIN)/mlflow ui --backend-store-uri sqlite:///results/mlflow.db --port 5000
+	$(BIN)/mlflow ui --backend-store-uri sqlite:///results/mlflow.db --artifacts-destination results/mlartifacts --port 5000
 
 clean-results:
 	rm -rf results .snakemake

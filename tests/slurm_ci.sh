@@ -103,6 +103,20 @@ export SLURM_CONF="$DIR/slurm.conf"
 # The executor's job steps run `srun` with every SLURM_* variable removed (SLURM_CONF included,
 # snakemake-executor-plugin-slurm-jobstep 0.6.1), so srun reads the default path: link it there for
 # the tier's lifetime, unless a real config already lives there.
+# A link into another tier's folder whose slurmctld is gone was left by a killed run (its EXIT trap
+# never ran): take it over. A live tier or a real config stops this one.
+stale_tier_link() {
+    local target old_dir pid
+    target="$(readlink "$DEFAULT_CONF" 2>/dev/null)" || return 1
+    old_dir="$(dirname "$target")"
+    case "$old_dir" in /tmp/rewardloop-slurm.*) ;; *) return 1 ;; esac
+    pid="$(cat "$old_dir/slurmctld.pid" 2>/dev/null || true)"
+    [ "$(cat "/proc/$pid/comm" 2>/dev/null)" != slurmctld ]
+}
+if stale_tier_link; then
+    echo "removing $DEFAULT_CONF -> $(readlink "$DEFAULT_CONF"), left by a killed run of this tier"
+    rm -f "$DEFAULT_CONF"
+fi
 if [ -e "$DEFAULT_CONF" ] || [ -L "$DEFAULT_CONF" ]; then
     echo "$DEFAULT_CONF exists: not starting a test cluster over a configured SLURM"; exit 1
 fi

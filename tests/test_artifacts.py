@@ -112,3 +112,30 @@ def test_safetensors_bytes_do_not_depend_on_the_process(tmp_path):
         digests.add(hashlib.sha256(path.read_bytes()).hexdigest())
         assert torch.equal(read_tensors(path)["a"], torch.ones(2, 2))
     assert len(digests) == 1
+
+
+def test_datasets_decodes_image_columns_with_no_cast(tmp_path):
+    """🤗 datasets reads the table's `huggingface` features: the image column is its Image feature
+    (PIL on access) and the other columns keep their types; a table without images carries none."""
+    import pyarrow as pa
+    from datasets import Image, load_dataset
+    from PIL import Image as PILImage
+
+    from rewardloop.artifacts import DATASETS_KEY, IMAGE_TYPE, encode_png
+
+    red = PILImage.new("RGB", (8, 6), (255, 0, 0))
+    table = pa.table({"sample_id": ["a", "b"], "iteration": [2, 2],
+                      "image": pa.array([encode_png(red, "a.png"), encode_png(red, "b.png")], type=IMAGE_TYPE)})
+    write_table(table, tmp_path / "samples.parquet")
+    write_table(pd.DataFrame({"sample_id": ["a"], "reward": [1.0]}), tmp_path / "scores.parquet")
+    dataset = load_dataset("parquet", data_files=str(tmp_path / "samples.parquet"), split="train",
+                           cache_dir=str(tmp_path / "cache"))
+    assert isinstance(dataset.features["image"], Image)
+    assert dataset.features["iteration"].dtype == "int64"
+    row = dataset[1]
+    assert isinstance(row["image"], PILImage.Image) and row["image"].size == (8, 6)
+    assert row["image"].getpixel((0, 0)) == (255, 0, 0) and row["sample_id"] == "b"
+    assert read_provenance(tmp_path / "samples.parquet") == {}  # the provenance key is still there
+    import pyarrow.parquet as pq
+
+    assert DATASETS_KEY not in (pq.read_schema(tmp_path / "scores.parquet").metadata or {})

@@ -1,4 +1,5 @@
-"""`rewardloop summary`: per-iteration table from the metrics JSONs and benchmarks, on a real tiny run."""
+"""`rewardloop summary`: per-iteration table from the metrics JSONs and benchmarks, on a real tiny run;
+and that run's tables opened as users open them (🤗 datasets, the docs' pandas merge)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from rewardloop import summary
@@ -52,15 +54,17 @@ def test_summary_cli_formats(results, fmt):
     out = subprocess.run([str(BIN / "rewardloop"), "summary", str(results), "--format", fmt],
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    if fmt == "table":
+    if fmt == "table":  # the names of the CSV and JSON, in their order
         lines = out.stdout.splitlines()
-        assert "reward (mean ± std)" in lines[0] and lines[2].split()[0] == "base" and lines[3].split()[0] == "0"
-        assert " ± " in lines[3]
+        assert lines[0].split() == summary.COLUMNS and lines[2].split()[0] == "base" and lines[3].split()[0] == "0"
+        cells = dict(zip(summary.COLUMNS, lines[3].split()))
+        assert float(cells["reward_mean"]) == pytest.approx(summary.rows(results)[1]["reward_mean"], abs=1e-4)
     elif fmt == "csv":
         table = list(csv.DictReader(io.StringIO(out.stdout)))
         assert [r["iteration"] for r in table] == ["-1", "0"] and table[0]["reward_mean"] == ""
     else:
-        assert [r["iteration"] for r in json.loads(out.stdout)] == [-1, 0]
+        table = json.loads(out.stdout)
+        assert [r["iteration"] for r in table] == [-1, 0] and all(list(r) == summary.COLUMNS for r in table)
 
 
 @pytest.mark.workflow
@@ -75,6 +79,24 @@ def test_report_renders(results, repo_root):
     assert "curves.png" in html and "eval_grid.png" in html and "config.yaml" in html
 
 
+@pytest.mark.workflow
+def test_tables_open_in_datasets_and_merge_without_duplicate_columns(results, tmp_path):
+    from datasets import load_dataset
+    from PIL import Image
+
+    for rel in ("iter_000/samples.parquet", "iter_000/eval.parquet", "base/eval.parquet"):
+        dataset = load_dataset("parquet", data_files=str(results / rel), split="train", cache_dir=str(tmp_path))
+        image = dataset[0]["image"]  # no cast_column("image", Image())
+        assert isinstance(image, Image.Image) and image.size[0] > 0, rel
+    scores = pd.read_parquet(results / "iter_000/scores.parquet")
+    samples = pd.read_parquet(results / "iter_000/samples.parquet")
+    assert set(scores.iteration) == {0} and set(pd.read_parquet(results / "iter_000/eval.parquet").iteration) == {0}
+    assert set(pd.read_parquet(results / "base/eval.parquet", columns=["iteration"]).iteration) == {-1}
+    best = scores.merge(samples).nlargest(4, "reward")  # docs/artifacts.md, as written there
+    assert not [c for c in best.columns if c.endswith(("_x", "_y"))] and {"reward", "image", "eta"} <= set(best.columns)
+    assert len(scores.merge(samples)) == len(scores) == len(samples)
+
+
 def test_summary_handles_missing_files_and_benchmarks(tmp_path):
     (tmp_path / "iter_000/metrics").mkdir(parents=True)
     (tmp_path / "iter_000/metrics/score.json").write_text('{"rollout/reward/raw_mean": 1.5, "rollout/reward/raw_std": 0.5}')
@@ -84,6 +106,7 @@ def test_summary_handles_missing_files_and_benchmarks(tmp_path):
     rows = summary.rows(tmp_path)
     assert len(rows) == 1 and rows[0]["reward_mean"] == 1.5 and rows[0]["train_s"] == 12.5
     assert rows[0]["eval_mean"] is None and rows[0]["total_s"] == 12.5
-    assert "1.5000 ± 0.5000" in summary.render(tmp_path)
+    header, _, row = summary.render(tmp_path).splitlines()
+    assert dict(zip(header.split(), row.split()))["reward_std"] == "0.5000"
     with pytest.raises(FileNotFoundError):
         summary.rows(tmp_path / "nope")

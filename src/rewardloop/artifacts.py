@@ -23,7 +23,10 @@ import pyarrow.parquet as pq
 from rewardloop import __version__
 
 PROVENANCE_KEY = b"rewardloop"
+DATASETS_KEY = b"huggingface"  # what 🤗 datasets reads its features from
 TEMP_PREFIX = ".tmp-"
+# Images live in a `struct<bytes: binary, path: string>` column, the layout of `datasets`' Image feature.
+IMAGE_TYPE = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
 
 
 class ArtifactError(ValueError):
@@ -139,12 +142,24 @@ def remove_stale_temps(folder: str | os.PathLike) -> int:
     return removed
 
 
+def datasets_features(schema: pa.Schema) -> bytes | None:
+    """The schema metadata 🤗 ``datasets`` reads (key ``huggingface``) naming the image columns as its
+    ``Image`` feature, so that ``load_dataset("parquet", ...)`` decodes them to PIL with no cast; the
+    other columns it types from Arrow. None for a table without images."""
+    images = {field.name: {"_type": "Image"} for field in schema if field.type == IMAGE_TYPE}
+    return json.dumps({"info": {"features": images}}).encode() if images else None
+
+
 def write_table(table: pa.Table, path: str | os.PathLike, meta: Mapping | None = None) -> None:
-    """Write a pyarrow Table (or pandas DataFrame) atomically with provenance metadata."""
+    """Write a pyarrow Table (or pandas DataFrame) atomically with provenance metadata (and, for a
+    table with images, the ``datasets`` features that decode them)."""
     if not isinstance(table, pa.Table):
         table = pa.Table.from_pandas(table, preserve_index=False)
     existing = dict(table.schema.metadata or {})
     existing[PROVENANCE_KEY] = json.dumps(dict(meta or {}), default=str).encode()
+    features = datasets_features(table.schema)
+    if features:
+        existing[DATASETS_KEY] = features
     table = table.replace_schema_metadata(existing)
     with atomic_path(path) as tmp:
         pq.write_table(table, tmp)
@@ -230,10 +245,6 @@ def read_tensors(path: str | os.PathLike, numpy: bool = False) -> dict:
         return load_file(str(path))
     except Exception as exc:
         raise ArtifactError(f"{path}: not a readable safetensors file ({exc})") from exc
-
-
-# Images live in a `struct<bytes: binary, path: string>` column, the layout `datasets` decodes.
-IMAGE_TYPE = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
 
 
 def encode_png(image, name: str) -> dict:

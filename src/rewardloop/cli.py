@@ -3,7 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+
+SIGPIPE_STATUS = 141  # 128 + SIGPIPE: how `cat` and `ls` end when the reader of their output went away
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions as written (plain text); every option's help ends with its default when it has one."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if action.option_strings and action.default not in (None, False, [], argparse.SUPPRESS) \
+                and "%(default)" not in text:
+            text += " (default: %(default)s)"
+        return text
 
 
 def _build_tiny(args) -> None:
@@ -53,17 +67,20 @@ def _objectives(args) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="rewardloop", description=__doc__)
-    commands = top.add_subparsers(dest="command", required=True)
+    from rewardloop import __version__
+
+    top = argparse.ArgumentParser(prog="rewardloop", description=__doc__, formatter_class=HelpFormatter)
+    top.add_argument("--version", action="version", version=f"rewardloop {__version__}")
+    commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     build = commands.add_parser("build-tiny", help="build an embedded tiny model (SD1.5, SDXL or SD3 family)")
     build.add_argument("--out", default="resources/models/tiny-sd15", help="output diffusers folder")
-    build.add_argument("--seed", type=int, default=0)
+    build.add_argument("--seed", type=int, default=0, help="seed of the weights and of the synthetic data")
     build.add_argument("--family", choices=["sd15", "sdxl", "sd3"], default="sd15",
                        help="sd15 and sd3 are briefly pretrained; sdxl is a tiny random-init SDXL-architecture "
                             "model (plumbing tests; the pretraining options do not apply)")
-    build.add_argument("--vae-steps", type=int, default=1200)
-    build.add_argument("--unet-steps", type=int, default=1200)
+    build.add_argument("--vae-steps", type=int, default=1200, help="pretraining steps of the VAE")
+    build.add_argument("--unet-steps", type=int, default=1200, help="pretraining steps of the denoiser")
     build.add_argument("--threads", type=int, default=2, help="torch threads (part of the recipe: same seed and "
                        "threads give a bit-identical model)")
     build.set_defaults(func=_build_tiny)
@@ -71,7 +88,8 @@ def parser() -> argparse.ArgumentParser:
     replica = commands.add_parser(
         "build-replica", help="write a random-weight replica of a published checkpoint's layout and configs "
                               "(sd15: stable-diffusion-v1-5, sdxl: SDXL base 1.0, sd3: SD3.5 Medium)")
-    replica.add_argument("--family", choices=["sd15", "sdxl", "sd3"], required=True)
+    replica.add_argument("--family", choices=["sd15", "sdxl", "sd3"], required=True,
+                         help="the published layout: sd15, sdxl or sd3")
     replica.add_argument("--out", required=True, help="output diffusers folder (replaced atomically)")
     replica.add_argument("--size", choices=["tiny", "full"], default="tiny",
                          help="tiny: published configs with small widths/depths (CPU tests, seconds); full: the "
@@ -90,23 +108,40 @@ def parser() -> argparse.ArgumentParser:
     smoke.set_defaults(func=_smoke_overlay)
 
     inspect = commands.add_parser("inspect", help="summarise artifacts (Parquet, safetensors, JSON, folders)")
-    inspect.add_argument("paths", nargs="+")
+    inspect.add_argument("paths", nargs="+", metavar="PATH",
+                         help="a .parquet, .safetensors or .json artifact, or a folder (its artifacts, recursively)")
     inspect.set_defaults(func=_inspect)
 
     listing = commands.add_parser("objectives", help="list the training objectives (train.loss) and their options")
     listing.set_defaults(func=_objectives)
 
-    from rewardloop import score_cli, summary
+    from rewardloop import best, compare, rescore_cli, score_cli, summary
 
     score_cli.add_parser(commands)
+    rescore_cli.add_parser(commands)
     summary.add_parser(commands)
+    compare.add_parser(commands)
+    best.add_parser(commands)
+    for command in commands.choices.values():
+        command.formatter_class = HelpFormatter
     return top
+
+
+def _quiet_stdout() -> None:
+    """stdout onto /dev/null, so that the interpreter's last flush at exit finds no closed pipe."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
     try:
         args.func(args)
+        sys.stdout.flush()
+    except BrokenPipeError:  # `rewardloop inspect ... | head`: the reader has what it wanted
+        _quiet_stdout()
+        return SIGPIPE_STATUS
     except (ValueError, RuntimeError, OSError) as exc:
         print(f"rewardloop {args.command}: error: {exc}", file=sys.stderr)
         return 1

@@ -5,16 +5,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rewardloop.artifacts import ArtifactError, read_provenance, read_table
+from rewardloop.artifacts import TEMP_PREFIX, ArtifactError, read_provenance, read_table
 
 STAT_COLUMNS = ("reward", "margin", "advantage")
+SUFFIXES = (".parquet", ".safetensors", ".json")
 
 
 def describe(path: str | Path) -> str:
     path = Path(path)
-    if path.is_dir():
-        parts = [describe(p) for p in sorted(path.iterdir()) if p.suffix in {".parquet", ".safetensors", ".json"}]
-        return "\n\n".join(parts) if parts else f"{path}: no artifacts"
+    if path.is_dir():  # every artifact below it: results/iter_000/ also shows checkpoint/, metrics/, train/
+        files = sorted(p for p in path.rglob("*") if p.suffix in SUFFIXES and p.is_file()
+                       and not p.name.startswith(TEMP_PREFIX))
+        return "\n\n".join(describe(p) for p in files) if files else f"{path}: no artifacts"
     if not path.exists():
         raise ArtifactError(f"{path}: file not found")
     if path.suffix == ".parquet":

@@ -1,18 +1,16 @@
-"""``rewardloop score``: score a folder of images or a samples.parquet with configured rewards.
+"""rewardloop score: score a folder of images or a samples.parquet with configured rewards.
 
-::
+  rewardloop score --reward pickscore --reward-option pickscore.model_path=/models/PickScore_v1 \\
+      --reward color_match=0.5 --images samples.parquet --out scores.parquet
 
-    rewardloop score --reward pickscore --reward-option pickscore.model_path=/models/PickScore_v1 \\
-        --reward color_match=0.5 --images samples.parquet --out scores.parquet
-
-``--reward NAME[=WEIGHT]`` (repeatable, weight 1 by default) and ``--reward-option NAME.KEY=VALUE``
-(repeatable; VALUE is parsed as YAML, so ``3``, ``0.5``, ``true`` are typed) build the same
-``rewards`` mapping as the workflow config. ``--images`` is a folder (its .png/.jpg/.jpeg files,
-sorted by name; ``--prompts`` gives one prompt per line in that order, empty prompts without it) or a
-samples.parquet (columns ``sample_id``, ``prompt``, ``image``). The output table has the columns
-``sample_id`` (Parquet input only), ``file``, ``prompt``, ``reward`` (weighted sum),
-``reward_<name>`` per reward and ``reward_details`` (JSON), one row per image, written atomically.
-"""
+--reward NAME[=WEIGHT] (repeatable, weight 1 by default) and --reward-option NAME.KEY=VALUE
+(repeatable; VALUE is parsed as YAML, so 3, 0.5, true are typed) build the same `rewards` mapping
+as the workflow config. --images is a folder (its .png/.jpg/.jpeg files, sorted by name; --prompts
+gives one prompt per line in that order, empty prompts without it) or a samples.parquet (columns
+sample_id, prompt, image). The output table has the columns sample_id (Parquet input only), file,
+prompt, reward (weighted sum), reward_<name> per reward and reward_details (JSON), one row per
+image, written atomically.
+"""  # plain text: it is also `rewardloop score --help`
 
 from __future__ import annotations
 
@@ -125,12 +123,8 @@ def run(args) -> None:
 
 def add_parser(subparsers) -> None:
     """Register the ``score`` subcommand on an ``argparse`` subparsers object."""
-    score = subparsers.add_parser(
-        "score",
-        help="score a folder of images or a samples.parquet with rewards",
-        description=__doc__,
-        formatter_class=__import__("argparse").RawDescriptionHelpFormatter,
-    )
+    score = subparsers.add_parser("score", help="score a folder of images or a samples.parquet with rewards",
+                                  description=__doc__)
     score.add_argument("--reward", action="append", required=True, metavar="NAME[=WEIGHT]",
                        help="a reward to apply, weight 1 by default (repeatable)")
     score.add_argument("--reward-option", action="append", default=[], metavar="NAME.KEY=VALUE",
@@ -140,5 +134,5 @@ def add_parser(subparsers) -> None:
     score.add_argument("--prompts", metavar="FILE",
                        help="one prompt per line, in the images' file-name order (folders only)")
     score.add_argument("--out", required=True, metavar="scores.parquet", help="output table")
-    score.add_argument("--batch-size", type=int, default=8, help="images per reward call (default 8)")
+    score.add_argument("--batch-size", type=int, default=8, help="images per reward call")
     score.set_defaults(func=run)

@@ -7,17 +7,24 @@ it works on a run that is still going.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import re
 from pathlib import Path
 
 from rewardloop.artifacts import benchmark_seconds
+from rewardloop.monitors.history import guard_cell, guard_status
+from rewardloop.text_tables import add_table_command, aligned, csv_text
 
 STAGES = ("generate", "score", "pairs", "train", "export", "eval")
 COLUMNS = ["iteration", "reward_mean", "reward_std", "eval_mean", "pairs", "final_loss", "final_acc",
-           *[f"{stage}_s" for stage in STAGES], "total_s"]
+           *[f"{stage}_s" for stage in STAGES], "total_s", "guard"]
+COLUMNS_HELP = """One line per iteration, the base model's eval first (iteration -1, "base" in the table):
+  reward_mean, reward_std  the combined rollout reward of the iteration
+  eval_mean                the mean eval reward of the iteration's model
+  pairs                    DPO pairs; final_loss, final_acc: the last training step's loss and accuracy
+  <stage>_s                wall seconds of each stage's job; total_s: those on the training path (not eval)
+  guard                    the reward-hacking guard's verdict: ok, breach or stopped, with the thresholds passed"""
 
 
 def _json(path: Path) -> dict:
@@ -69,6 +76,7 @@ def rows(results) -> list[dict]:
         # eval runs beside the loop: the iteration's time on the training path excludes it
         loop = [row[f"{s}_s"] for s in STAGES if s != "eval" and row[f"{s}_s"] is not None]
         row["total_s"] = sum(loop) if loop else None
+        row["guard"] = guard_cell(guard_status(folder))
         out.append(row)
     if not out:
         raise FileNotFoundError(f"{results}: no base/ or iter_XXX/ metrics found")
@@ -86,33 +94,12 @@ def _cell(value, column) -> str:
 
 
 def format_table(table: list[dict]) -> str:
-    headers = ["iter", "reward (mean ± std)", "eval mean", "pairs", "final loss", "final acc",
-               *[f"{s} s" for s in STAGES], "loop s"]
-    body = []
-    for row in table:
-        reward = "-" if row["reward_mean"] is None else \
-            f"{row['reward_mean']:.4f} ± {row['reward_std'] if row['reward_std'] is not None else float('nan'):.4f}"
-        body.append([_cell(row["iteration"], "iteration"), reward, _cell(row["eval_mean"], "eval_mean"),
-                     _cell(row["pairs"], "pairs"), _cell(row["final_loss"], "final_loss"),
-                     _cell(row["final_acc"], "final_acc"),
-                     *[_cell(row[f"{s}_s"], f"{s}_s") for s in STAGES], _cell(row["total_s"], "total_s")])
-    widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(headers)]
-    lines = ["  ".join(h.rjust(w) for h, w in zip(headers, widths))]
-    lines.append("  ".join("-" * w for w in widths))
-    lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in body]
-    return "\n".join(lines)
+    """An aligned table with the names of the CSV and JSON (``iteration`` -1 reads ``base``)."""
+    return aligned(COLUMNS, [[_cell(row[column], column) for column in COLUMNS] for row in table])
 
 
 def format_csv(table: list[dict]) -> str:
-    import csv
-    import io
-
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
-    writer.writeheader()
-    for row in table:
-        writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
-    return buf.getvalue().rstrip("\n")
+    return csv_text(table, COLUMNS).rstrip("\n")
 
 
 def render(results, fmt: str = "table") -> str:
@@ -125,14 +112,8 @@ def render(results, fmt: str = "table") -> str:
 
 
 def add_parser(commands) -> None:
-    summary = commands.add_parser("summary", help="one line per iteration: rewards, eval, pairs, loss, wall times")
-    summary.add_argument("results", nargs="?", default="results", help="the workflow's results folder")
-    summary.add_argument("--format", choices=("table", "csv", "json"), default="table")
-    summary.set_defaults(func=_run)
-
-
-def _run(args: argparse.Namespace) -> None:
-    print(render(args.results, args.format))
+    add_table_command(commands, "summary", render, help="one line per iteration: rewards, eval, pairs, loss, wall times",
+                      results_help="the workflow's results folder (default: results)", description=COLUMNS_HELP)
 
 
 # ------------------------------------------------------------------------------------- curves.png

@@ -21,6 +21,15 @@ class RunLockedError(RuntimeError):
     pass
 
 
+def taken_ms(folder: str | os.PathLike) -> int | None:
+    """When the run that holds (or last held) ``folder``'s lock took it, in ms (the lock file is
+    rewritten then); None without a lock file."""
+    try:
+        return int((Path(folder) / LOCK_NAME).stat().st_mtime * 1000)
+    except OSError:
+        return None
+
+
 def acquire(folder: str | os.PathLike) -> Path:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,7 @@ from rewardloop.artifacts import decode_image, provenance, read_provenance, read
 from rewardloop.runtime.sharding import shard_rows
 from rewardloop.stages.common import timed, write_metrics
 
-SAMPLE_KEYS = ["sample_id", "prompt_id", "prompt", "group", "seed"]
+SAMPLE_KEYS = ["sample_id", "prompt_id", "prompt", "group", "iteration", "seed"]  # as samples.parquet orders them
 
 
 def decode_samples(samples: pd.DataFrame, where: str) -> list:
