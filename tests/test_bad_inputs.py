@@ -355,30 +355,39 @@ def without_first_chosen_latents(path: Path) -> str:
     return chosen
 
 
-STAGE_OUTPUT = {"score": "scores.parquet", "pairs": "pairs.parquet", "train": f"train/{LORA}"}
+# What each reading stage writes: Snakemake removes these before the stage reruns on the damaged file.
+STAGE_OUTPUTS = {
+    "score": ("scores.parquet", "metrics/score.json"),
+    "pairs": ("pairs.parquet", "metrics/pairs.json"),
+    "train": (f"train/{LORA}", "metrics/train.json"),
+    "preflight": ("preflight_figures.json",),  # iteration 0 only: it replays the first pairs' DPO loss
+}
 DAMAGED = [
-    # (id, damaged file of iteration 0, damage (returns the damaged sample), the stage that reads it, message)
-    ("corrupt Parquet", "samples.parquet", garbage, "score",
+    # (id, damaged file, damage (returns the damaged sample), the stage that reads it first, message)
+    ("corrupt Parquet", "iter_000/samples.parquet", garbage, "score",
      "results/iter_000/samples.parquet: not a readable Parquet file"),
-    ("truncated Parquet", "scores.parquet", truncated, "pairs",
+    ("truncated Parquet", "iter_000/scores.parquet", truncated, "pairs",
      "results/iter_000/scores.parquet: not a readable Parquet file"),
-    ("Parquet without a column", "scores.parquet", without_reward_column, "pairs",
+    ("Parquet without a column", "iter_000/scores.parquet", without_reward_column, "pairs",
      "results/iter_000/scores.parquet: missing column(s) reward"),
-    ("undecodable image", "samples.parquet", undecodable_image, "score",
+    ("undecodable image", "iter_000/samples.parquet", undecodable_image, "score",
      "results/iter_000/samples.parquet: sample {sample}: image does not decode"),
-    ("latents missing a sample", "latents.safetensors", without_first_chosen_latents, "train",
-     "results/iter_000/latents.safetensors: has no tensor 'latents/{sample}'"),
+    ("latents missing a sample, preflight", "iter_000/latents.safetensors", without_first_chosen_latents,
+     "preflight", "results/iter_000/latents.safetensors: has no tensor 'latents/{sample}'"),
+    ("latents missing a sample, train", "iter_001/latents.safetensors", without_first_chosen_latents, "train",
+     "results/iter_001/latents.safetensors: has no tensor 'latents/{sample}'"),
 ]
 
 
 @pytest.mark.parametrize("name, damaged, damage, stage, message", DAMAGED, ids=[d[0] for d in DAMAGED])
 def test_damaged_artifact_is_named_by_the_stage_reading_it(run, name, damaged, damage, stage, message):
-    sample = damage(run / "results/iter_000" / damaged)  # newer than the stage's outputs: the stage reruns
+    sample = damage(run / "results" / damaged)  # newer than the stage's outputs: the stage reruns
+    iteration = damaged.split("/")[0]
     before = snapshot(run, skip=ATTEMPT_RECORDS)
-    output = snakemake_fails(run, f"results/iter_000/{STAGE_OUTPUT[stage]}")
+    output = snakemake_fails(run, f"results/{iteration}/train/{LORA}")  # every reading stage is upstream of train
     assert message.format(sample=sample) in output, output[-3000:]
     after = snapshot(run, skip=ATTEMPT_RECORDS)
-    redone = {f"iter_000/{STAGE_OUTPUT[stage]}", f"iter_000/metrics/{stage}.json"}
+    redone = {f"{iteration}/{name}" for name in STAGE_OUTPUTS[stage]}
     assert set(before) - set(after) == redone  # the failed job's outputs, removed by Snakemake, not half written
     assert {k: v for k, v in before.items() if k not in redone} == after
 

@@ -21,7 +21,8 @@ from workflow_helpers import ROOT, copy_run, planned_jobs, snakemake, tiny_overl
 
 pytestmark = pytest.mark.workflow
 UNET = "unet/diffusion_pytorch_model.safetensors"
-REPORT = Counter({("plot_curves", ""): 1, ("all", ""): 1})  # report_config reads the config alone
+REPORT = Counter({("plot_curves", ""): 1, ("plot_health", ""): 1, ("all", ""): 1})  # report_config reads the config alone
+PREFLIGHT = Counter({("preflight", ""): 1, ("preflight_gate", ""): 1})  # read iteration 0 rollouts, before train(0)
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +55,11 @@ def iteration(*rules: str) -> Counter:
     return Counter({(rule, "it=000"): 1 for rule in rules})
 
 
+def watched(*folders: str) -> Counter:
+    """The monitors of an eval redone in ``folders``: their image health, and iteration 0's guard."""
+    return Counter({("health", f"folder={folder}"): 1 for folder in folders}) + iteration("guard")
+
+
 @pytest.fixture
 def rewritten(finished):
     """Rewrite a file's bytes after its header (same size: as a retrained checkpoint of the same
@@ -83,7 +89,7 @@ def test_rewritten_model_weights_rerun_every_job_that_reads_the_model(finished, 
     rewritten(Path(config(finished)["model"]["path"]) / UNET)
     planned = dry_run(finished)
     assert planned == iteration("generate", "score", "pairs", "train", "export", "eval", "grids") + Counter(
-        {("eval_base", ""): 1, ("grid_base", ""): 1}) + REPORT
+        {("eval_base", ""): 1, ("grid_base", ""): 1}) + watched("base", "iter_000") + REPORT + PREFLIGHT
 
 
 def test_rewritten_reward_weights_rerun_scoring_and_what_follows_not_the_rollouts(finished, rewritten):
@@ -91,7 +97,7 @@ def test_rewritten_reward_weights_rerun_scoring_and_what_follows_not_the_rollout
     rewritten(next(model_path.glob("*.safetensors")))
     planned = dry_run(finished)
     assert planned == iteration("score", "pairs", "train", "export", "eval", "grids") + Counter(
-        {("eval_base", ""): 1, ("grid_base", ""): 1}) + REPORT
+        {("eval_base", ""): 1, ("grid_base", ""): 1}) + watched("base", "iter_000") + REPORT + PREFLIGHT
     assert ("generate", "it=000") not in planned
 
 
@@ -123,4 +129,5 @@ def test_deleting_a_stage_file_redoes_the_stage_and_what_follows(finished, tmp_p
     (the latents) is a target too."""
     run = copy_run(finished, tmp_path / "copy")
     (run / "results/iter_000" / name).unlink()
-    assert dry_run(run) == iteration(*redone) + REPORT
+    assert dry_run(run) == iteration(*redone) + watched("iter_000") + REPORT + (
+        PREFLIGHT if "pairs" in redone else Counter())

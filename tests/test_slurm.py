@@ -29,7 +29,8 @@ needs_cluster = pytest.mark.skipif(os.environ.get("REWARDLOOP_SLURM") != "1",
 
 # SLURM jobs of a one-iteration run with 2 rollout and 2 scoring shards; the gathers, pairs, export,
 # grids and report run on the submitting host.
-REMOTE_JOBS = ["eval", "eval_base", "generate_shard", "generate_shard", "score_shard", "score_shard", "train"]
+REMOTE_JOBS = ["eval", "eval_base", "generate_shard", "generate_shard", "preflight", "score_shard", "score_shard",
+               "train"]
 PROFILE = yaml.safe_load((ROOT / "profiles/slurm/config.yaml").read_text())
 PARTITION = "ci"  # the test cluster's default partition: the profile names none
 
@@ -128,7 +129,7 @@ def test_one_iteration_through_the_slurm_profile_equals_a_local_run(tmp_path, ti
         assert allocation(jobs[job_id]) == expected_allocation(rule), (rule, jobs[job_id])
     # (and the profile does ask for GPUs: the node's 4 are what makes that checkable)
     assert {rule: expected_allocation(rule)["gpu"] for rule in rules.values()} == {
-        "generate_shard": 1, "score_shard": 0, "train": 4, "eval": 1, "eval_base": 1}
+        "generate_shard": 1, "score_shard": 0, "train": 4, "eval": 1, "eval_base": 1, "preflight": 1}
     # The train job ran `accelerate launch` with 2 processes inside its SLURM allocation.
     results = cluster / "results"
     assert json.loads((results / "iter_000/metrics/train.json").read_text())["processes"] == 2

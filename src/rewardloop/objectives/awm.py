@@ -139,6 +139,7 @@ class AWM(Objective):
     families = ("sd3",)
     keeps_tied_groups = True  # Flow-Factory trains every sample (A = 0 ones carry only the KL terms)
     extra_adapters = ("ema",)
+    preflight_checks = ("rollout_guidance",)
     curves = ("train/loss", "train/policy_loss", "train/kl_loss", "train/ema_kl_loss", "train/matching_loss")
 
     @classmethod

@@ -45,6 +45,7 @@ class DPO(PairObjective):
     Options = DPOOptions
     description = "Diffusion-DPO on preference pairs (sd15, sdxl; sd3 with the flow-matching loss)."
     curves = ("train/loss", "train/implicit_acc")
+    preflight_checks = ("start_loss",)
     moved_keys = {"beta": "beta", "reference": "reference"}
 
     def reference(self) -> str:

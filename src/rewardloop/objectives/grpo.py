@@ -147,6 +147,7 @@ class GRPO(Objective):
     description = "Flow-GRPO on the recorded SDE steps (sd3); DDPO-style DDIM steps on sd15."
     signal = "advantages"
     records_steps = True
+    preflight_checks = ("importance_ratio", "noise_level_0")
     families = ("sd3", "sd15")
     curves = ("train/loss", "train/kl_loss", "train/clipfrac", "train/approx_kl", "train/log_prob_mean_abs_diff")
     moved_keys = {"clip_range": "clip_range", "kl_beta": "kl_beta", "inner_epochs": "inner_epochs",

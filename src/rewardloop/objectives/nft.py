@@ -99,6 +99,7 @@ class NFT(Objective):
     families = ("sd3",)
     keeps_tied_groups = True  # the reference keeps groups of equal rewards, at r = 1/2
     rollout_adapter = "old"
+    preflight_checks = ("rollout_guidance",)
     extra_adapters = ("old",)
     curves = ("train/loss", "train/policy_loss", "train/kl_loss", "train/old_deviate")
     moved_keys = {"nft_beta": "beta", "inner_epochs": "inner_epochs"}

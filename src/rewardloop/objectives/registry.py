@@ -86,6 +86,7 @@ class Objective:
     extra_adapters: ClassVar[tuple[str, ...]] = ()  # weight sets kept beside the LoRA, in model(it)/<name>/
     curves: ClassVar[tuple[str, ...]] = ("train/loss",)  # summarised in metrics.json
     moved_keys: ClassVar[Mapping[str, str]] = {}  # old flat train.<key> -> this objective's key
+    preflight_checks: ClassVar[tuple[str, ...]] = ()  # what rule preflight checks (objectives/alignment.py)
 
     def __init__(self, options, train: TrainConfig, seed: int, iteration: int, config: Mapping | None = None):
         self.options, self.train, self.seed, self.iteration = options, train, seed, iteration

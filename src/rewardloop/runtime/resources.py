@@ -54,3 +54,17 @@ def train_gpus(config: Mapping) -> int:
     """GPUs of the train job: one per process on CUDA, none on the CPU."""
     gpus = model_gpus(config)
     return train_processes(config["train"], gpus) if gpus > 0 else 0
+
+
+def extend_rule_settings(resource_settings, prefixes) -> None:
+    """Give the rules of an experiments fan-out's runs (``<prefix><rule>``) the per-rule resources and
+    threads that name ``<rule>`` (``set-resources``/``set-threads`` of a profile such as profiles/slurm,
+    or of the command line), unless the prefixed name has its own entry.
+
+    Snakemake matches those entries by the exact rule name, and a module's rules are renamed; it reads
+    them from these parsed mappings when it defines each rule, so this runs before the modules' rules are.
+    """
+    for mapping in (resource_settings._parsed_overwrite_resources, resource_settings._parsed_overwrite_threads):
+        for rule, value in list(mapping.items()):
+            for prefix in prefixes:
+                mapping.setdefault(f"{prefix}{rule}", value)

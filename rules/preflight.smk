@@ -1,0 +1,55 @@
+# Preflight gate: a check of iteration 0's rollouts against the training code before iteration 0
+# trains (src/rewardloop/stages/preflight.py): GRPO's importance ratio and noise-level-0 sampler, NFT's
+# and AWM's rollout guidance, DPO's starting loss. Rule preflight measures (with train's sections in
+# its params), rule preflight_gate holds the figures against the tolerances (the only job whose params
+# hold them). Rule train of iteration 0 takes both files as input (preflight_input in rules/common.smk),
+# so a failed check stops the run before it trains and keeps the rollouts.
+
+if PREFLIGHT_ENABLED:
+
+    rule preflight:
+        input:
+            model=base_model_input,
+            lora=_at_iteration_0(previous_lora_input),
+            rollout_lora=_at_iteration_0(rollout_lora_input),
+            samples=f"{iter_dir(0)}/samples.parquet",
+            signal=f"{iter_dir(0)}/{SIGNAL}.parquet",
+            latents=f"{iter_dir(0)}/latents.safetensors",
+        output:
+            figures=PREFLIGHT_FIGURES,
+        params:
+            cfg=stage_config(config, *TRAIN_SECTIONS, "generate", "preflight", keep={"preflight": ("rollouts",)}),
+            lora_dir=_at_iteration_0(previous_lora_dir),
+            rollout_lora_dir=_at_iteration_0(rollout_lora_dir),
+        log:
+            f"{RESULTS}/logs/iter_000/preflight.log",
+        benchmark:
+            f"{RESULTS}/benchmarks/iter_000/preflight.tsv"
+        threads: config["resources"]["threads"]
+        resources:
+            **job_resources(),
+        conda:
+            "../envs/rewardloop.yaml"
+        script:
+            "../scripts/preflight.py"
+
+    rule preflight_gate:
+        localrule: True
+        input:
+            figures=PREFLIGHT_FIGURES,
+        output:
+            report=PREFLIGHT_REPORT,
+        params:
+            tolerances=config["preflight"],
+        log:
+            f"{RESULTS}/logs/iter_000/preflight_gate.log",
+        benchmark:
+            f"{RESULTS}/benchmarks/iter_000/preflight_gate.tsv"
+        threads: 1
+        resources:
+            mem_mb=config["resources"]["mem_mb"],
+            runtime=10,
+        conda:
+            "../envs/rewardloop.yaml"
+        script:
+            "../scripts/preflight_gate.py"

@@ -1,0 +1,1 @@
+"""Watching a run for reward hacking: image-health statistics of its images, and the guard's thresholds."""
