@@ -2,6 +2,7 @@
 # Each iteration it: generate -> score -> pairs | advantages -> train -> export (= model(it)); eval beside.
 # Usage: snakemake --cores 2 [--configfile configs/<recipe>.yaml] [--config iterations=5]
 
+import copy
 import sys
 
 from rewardloop.runtime import runlock, warm
@@ -18,7 +19,9 @@ report: "report/workflow.rst"
 
 
 # Schema (defaults filled, unknown keys refused) and file checks, before any job starts; and no
-# fewer iterations than results/ already holds.
+# fewer iterations than results/ already holds. The config as given is kept: an experiments fan-out
+# merges each variant's overlay over it (rules/experiments.smk).
+GIVEN_CONFIG = copy.deepcopy(config)
 validate_config(config)
 check_existing_iterations(config, "results")
 if workflow.is_main_process:  # not again in every job of a cluster run
@@ -53,31 +56,38 @@ onsuccess:
     warm.stop()
     from rewardloop import tracking
 
-    tracking.report(RESULTS)  # one line on stderr when a tracking marker says failed
+    from rewardloop.monitors import guard
+
+    for folder in RUN_FOLDERS:
+        tracking.report(folder)  # one line on stderr when a tracking marker says failed
+        guard.report(folder)  # one line naming every iteration whose guard found a breach
 
 
 onerror:
     warm.stop()
     from rewardloop import tracking
 
-    tracking.report(RESULTS)
+    from rewardloop.monitors import guard
+
+    for folder in RUN_FOLDERS:
+        tracking.report(folder)
+        guard.report(folder)
 
 
-include: "rules/common.smk"
-include: "rules/model.smk"
-include: "rules/generate.smk"
-include: "rules/score.smk"
-include: "rules/pairs.smk"
-include: "rules/offline.smk"
-include: "rules/advantages.smk"
-include: "rules/train.smk"
-include: "rules/export.smk"
-include: "rules/eval.smk"
-include: "rules/report.smk"
-include: "rules/tracking.smk"
+# One run writes results/iter_XXX/ (rules/run.smk); with `experiments:`, every variant × seed is such a
+# run under results/<experiment>/seed_<s>/, beside one shared model build and base eval.
+if config["experiments"]:
+
+    include: "rules/experiments.smk"
+
+else:
+
+    include: "rules/run.smk"
+
+    RUN_FOLDERS = [RESULTS]
 
 
 rule all:
     input:
-        all_targets(),
+        FANOUT_TARGETS if config["experiments"] else all_targets(),
     default_target: True

@@ -1,11 +1,8 @@
 # Group advantages, the signal of the objectives trained on them (grpo, nft, awm; cheap: runs on the submitting host).
 
 
-localrules:
-    advantages,
-
-
 rule advantages:
+    localrule: True
     input:
         scores=f"{RESULTS}/iter_{{it}}/scores.parquet",
     output:

@@ -1,7 +1,11 @@
 # Input functions and helpers shared by the rules. Iteration 0 is the only special case: it
 # samples from and trains on the base model (plus model.init_lora when given).
 
-from rewardloop.config import stage_config
+from pathlib import Path
+from types import SimpleNamespace
+
+from rewardloop.config import eval_config, guidance_evals, stage_config
+from rewardloop.experiments import RUN_KEY as FANOUT_RUN_KEY
 from rewardloop.objectives import get_objective
 from rewardloop.runtime import resources as job_gpus
 from rewardloop.models.loading import LORA_WEIGHTS, checkpoint_file, trained_file
@@ -12,12 +16,21 @@ wildcard_constraints:
     shard=r"\d{2}",
 
 
-RESULTS = "results"
+# A run of an experiments fan-out (rules/experiments.smk) writes under results/<experiment>/seed_<s>/
+# and takes the base model's eval from the fan-out's shared results/base/; a single run writes results/.
+FANOUT_RUN = config.get(FANOUT_RUN_KEY) or {}
+RESULTS = FANOUT_RUN.get("dir", "results")
+SHARED_RESULTS = FANOUT_RUN.get("shared")  # the fan-out's results/, which holds base/ and the model build's log
 # What a train job writes and what marks an exported model(it): the LoRA file, or (train.adapter
 # none) the full UNet and a full diffusers folder's model_index.json.
 TRAINED_FILE = trained_file(config["train"]["adapter"])
 CHECKPOINT_FILE = checkpoint_file(config["train"]["adapter"])
 OFFLINE_DIR = f"{RESULTS}/offline"
+EVAL_CFG = eval_config(config)  # what an eval job reads: the same for the base model and every iteration
+# eval.also_at_guidance: {name: what its eval jobs read}, e.g. {"eval_cfg1": ...} (rule eval_at_guidance).
+GUIDANCE_EVAL_CFG = {name: eval_config(config, scale) for name, scale in guidance_evals(config).items()}
+GUIDANCE_EVAL_FILES = [f"{name}.parquet" for name in GUIDANCE_EVAL_CFG] + [
+    f"metrics/{name}.json" for name in GUIDANCE_EVAL_CFG]
 
 
 def iter_dir(it):
@@ -61,17 +74,19 @@ def all_targets():
     """Every stage's artifact and record of every iteration: deleting any one of them redoes its stage
     (and what follows).
 
-    Plus the report's figures and config, and (with tracking.enabled) the MLflow tracking markers.
+    Plus the report's figures and config, (with tracking.enabled) the MLflow tracking markers, and the
+    monitors' files (health, gold rescores, guard verdicts).
     """
-    targets = [f"{RESULTS}/base/eval.parquet", f"{RESULTS}/base/metrics/eval.json"]
+    targets = [f"{RESULTS}/base/{name}" for name in ("eval.parquet", "metrics/eval.json", *GUIDANCE_EVAL_FILES)]
     for it in range(config["iterations"]):
         targets += [f"{iter_dir(it)}/{name}" for name in ITERATION_ARTIFACTS + ITERATION_RECORDS]
+        targets += [f"{iter_dir(it)}/{name}" for name in GUIDANCE_EVAL_FILES]
     targets += [f"{REPORT_DIR}/curves.png", f"{REPORT_DIR}/config.yaml", f"{RESULTS}/base/eval_grid.png"]
     targets += [f"{iter_dir(it)}/{name}" for it in range(config["iterations"]) for name in ("grid.png", "eval_grid.png")]
     if config["tracking"]["enabled"]:
         targets += [TRACKING_RUN, f"{RESULTS}/base/tracking.json"]
         targets += [f"{iter_dir(it)}/tracking.json" for it in range(config["iterations"])]
-    return targets
+    return targets + monitor_targets()  # rules/monitors.smk
 
 
 def base_model_input(wildcards):
@@ -151,6 +166,35 @@ def job_resources(extra_mem_mb=0, gpu=None):
     }
 
 
+# Rule preflight (rules/preflight.smk) checks iteration 0's rollouts against training before it trains;
+# preflight.enabled null: on for the objectives that declare checks (objectives/alignment.py).
+PREFLIGHT_ENABLED = (bool(OBJECTIVE.preflight_checks) if config["preflight"]["enabled"] is None
+                     else config["preflight"]["enabled"])
+PREFLIGHT_FIGURES = f"{iter_dir(0)}/preflight_figures.json"
+PREFLIGHT_REPORT = f"{iter_dir(0)}/preflight.json"
+
+
+ITERATION_0 = SimpleNamespace(it="000")  # the wildcards iteration 0's input functions read
+
+
+def _at_iteration_0(input_function):
+    """An input function of the iteration-0 rule preflight, which has no wildcards."""
+    return lambda wildcards: input_function(ITERATION_0)
+
+
+def preflight_input(wildcards):
+    """Iteration 0's preflight figures and verdict, when preflight is on: a failed verdict stops train(0).
+
+    The verdict is ancient, so that a new verdict (a changed tolerance) never reruns a finished training;
+    the figures are not: a rerun measurement (train's sections changed) reruns training too. (Ancient
+    alone would not do: Snakemake skips the own rerun checks of every job downstream of one that reruns,
+    so a changed train.dpo.beta would rerun the preflight but not train.)
+    """
+    if not PREFLIGHT_ENABLED or int(wildcards.it) != 0:
+        return []
+    return [PREFLIGHT_FIGURES, ancient(PREFLIGHT_REPORT)]
+
+
 def train_signal_input(wildcards):
     """What train learns from: pairs.parquet or advantages.parquet, by train.loss."""
     return f"{iter_dir(wildcards.it)}/{SIGNAL}.parquet"
@@ -173,8 +217,9 @@ def iteration_of(wildcards):
 
 
 def iteration_metrics(wildcards):
-    """metrics/<stage>.json of every stage of the iteration (what track_iteration logs)."""
-    return [f"{iter_dir(wildcards.it)}/metrics/{stage}.json" for stage in STAGES]
+    """metrics/<stage>.json of every stage of the iteration, and of its evals at further guidance
+    scales (what track_iteration logs)."""
+    return [f"{iter_dir(wildcards.it)}/metrics/{stage}.json" for stage in (*STAGES, *GUIDANCE_EVAL_CFG)]
 
 
 def iteration_benchmarks(wildcards):
@@ -183,7 +228,7 @@ def iteration_benchmarks(wildcards):
 
 
 def base_benchmark(wildcards):
-    return f"{RESULTS}/benchmarks/base/eval.tsv"
+    return f"{SHARED_RESULTS or RESULTS}/benchmarks/base/eval.tsv"
 
 
 def iteration_label(wildcards):
@@ -210,3 +255,69 @@ def shard_outputs(stage, name):
 
 def shard_index(wildcards):
     return int(wildcards.shard)
+
+
+# ------------------------------------------------------------------ the monitors (rules/monitors.smk)
+# Gold rewards, image health and the guard; see docs/monitors.md.
+
+GOLD_REWARDS = config["gold_rewards"]
+GUARD = config["guard"]
+
+
+def folder_iteration(wildcards):
+    return -1 if wildcards.folder == "base" else int(wildcards.folder[len("iter_"):])
+
+
+def folder_images(wildcards):
+    """{source: table} of a folder's images: the eval images, and an iteration's rollouts."""
+    tables = {"eval": f"{RESULTS}/{wildcards.folder}/eval.parquet"}
+    if wildcards.folder != "base":
+        tables = {"rollout": f"{RESULTS}/{wildcards.folder}/samples.parquet", **tables}
+    return tables
+
+
+def rescore_config(wildcards):
+    """One gold reward (and its checkpoint's fingerprint) and the scoring batch size."""
+    one = {"gold_rewards": {wildcards.gold: GOLD_REWARDS[wildcards.gold]}, "score": config["score"]}
+    cfg = stage_config(one, "gold_rewards", "score")
+    cfg["gold"] = cfg.pop("gold_rewards")
+    cfg["score"] = {"batch_size": config["score"]["batch_size"]}
+    return cfg
+
+
+def gold_files(folder, suffix="json"):
+    return {name: f"{RESULTS}/{folder}/rescore/{name}.{suffix}" for name in GOLD_REWARDS}
+
+
+def monitor_targets():
+    """What rules/common.smk's all_targets() adds: every folder's health, rescores and guard verdicts."""
+    folders = ["base"] + [f"iter_{it:03d}" for it in range(config["iterations"])]
+    targets = [f"{RESULTS}/{folder}/health.parquet" for folder in folders]
+    targets += [path for folder in folders for suffix in ("parquet", "json")
+                for path in gold_files(folder, suffix).values()]
+    if GUARD["enabled"]:
+        targets += [f"{RESULTS}/{folder}/guard.json" for folder in folders[1:]]
+    targets.append(f"{REPORT_DIR}/health.png")
+    if config["tracking"]["enabled"]:
+        targets += [f"{RESULTS}/{folder}/monitors_tracking.json" for folder in folders]
+    if config["export"]["best"]:
+        targets.append(f"{RESULTS}/best.json")
+    return targets
+
+
+def previous_guard_input(wildcards):
+    """train(it) waits for iteration it-1's guard verdict (guard.enabled); ancient: a rerun of it never
+    reruns training."""
+    it = int(wildcards.it)
+    return [ancient(f"{iter_dir(it - 1)}/guard.json")] if GUARD["enabled"] and it > 0 else []
+
+
+def monitors_tracking_inputs(wildcards):
+    folder = wildcards.folder
+    inputs = {"run": TRACKING_RUN, "health": f"{RESULTS}/{folder}/health.parquet",
+              "gold": list(gold_files(folder).values()),
+              # after the folder's own tracking job, which creates the iteration's child run
+              "marker": f"{RESULTS}/{folder}/tracking.json"}
+    if folder != "base" and GUARD["enabled"]:
+        inputs["verdict"] = f"{RESULTS}/{folder}/guard.json"
+    return inputs

@@ -1,36 +1,5 @@
-# Held-out evaluation of the base model and of every exported iteration. Nothing on the training
-# path depends on it, so the next iteration never waits for it.
-
-# What eval reads: the held-out prompts, and of generate only the sampler's guidance, size, batch,
-# sampler and precision (not the rollouts' steps, eta, group size or SDE settings).
-EVAL_CFG = stage_config(config, "model", "prompts", "generate", "eval", "rewards", "score", "device",
-                        keep={"prompts": ("eval",),
-                              "generate": ("guidance_scale", "resolution", "batch_size", "scheduler", "precision")})
-
-
-rule eval_base:
-    input:
-        model=base_model_input,
-        prompts=config["prompts"]["eval"],
-    output:
-        table=f"{RESULTS}/base/eval.parquet",
-        metrics=f"{RESULTS}/base/metrics/eval.json",
-    params:
-        cfg=EVAL_CFG,
-        iteration=None,
-        lora_dir=None,
-    log:
-        f"{RESULTS}/logs/base/eval.log",
-    benchmark:
-        f"{RESULTS}/benchmarks/base/eval.tsv"
-    threads: config["resources"]["threads"]
-    resources:
-        **job_resources(),
-    conda:
-        "../envs/rewardloop.yaml"
-    script:
-        "../scripts/evaluate.py"
-
+# Held-out evaluation of every exported iteration (the base model's is in rules/base.smk). Nothing on
+# the training path depends on it, so the next iteration never waits for it.
 
 rule eval:
     input:
@@ -55,3 +24,35 @@ rule eval:
         "../envs/rewardloop.yaml"
     script:
         "../scripts/evaluate.py"
+
+
+# eval.also_at_guidance: the same eval at a further CFG scale (iter_XXX/eval_cfg1.parquet for 1.0), so
+# that objectives sampling at different guidance are compared at each (configs/tiny_sd3_compare.yaml).
+if GUIDANCE_EVAL_CFG:
+
+    rule eval_at_guidance:
+        input:
+            model=base_model_input,
+            prompts=config["prompts"]["eval"],
+            lora=f"{RESULTS}/iter_{{it}}/checkpoint/{CHECKPOINT_FILE}",
+        output:
+            table=f"{RESULTS}/iter_{{it}}/{{guidance_eval}}.parquet",
+            metrics=f"{RESULTS}/iter_{{it}}/metrics/{{guidance_eval}}.json",
+        wildcard_constraints:
+            guidance_eval="|".join(GUIDANCE_EVAL_CFG).replace(".", r"\."),
+        params:
+            cfg=lambda wildcards: GUIDANCE_EVAL_CFG[wildcards.guidance_eval],
+            iteration=iteration_of,
+            lora_dir=checkpoint_dir_of,
+            name=lambda wildcards: wildcards.guidance_eval,
+        log:
+            f"{RESULTS}/logs/iter_{{it}}/{{guidance_eval}}.log",
+        benchmark:
+            f"{RESULTS}/benchmarks/iter_{{it}}/{{guidance_eval}}.tsv"
+        threads: config["resources"]["threads"]
+        resources:
+            **job_resources(),
+        conda:
+            "../envs/rewardloop.yaml"
+        script:
+            "../scripts/evaluate.py"

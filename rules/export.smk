@@ -1,11 +1,8 @@
 # Publish the trained LoRA as model(it), which iteration it+1 samples from.
 
 
-localrules:
-    export,
-
-
 rule export:
+    localrule: True
     input:
         lora=f"{RESULTS}/iter_{{it}}/train/{TRAINED_FILE}",
         previous=previous_lora_input,

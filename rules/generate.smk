@@ -58,10 +58,8 @@ else:
         script:
             "../scripts/generate.py"
 
-    localrules:
-        generate,
-
     rule generate:
+        localrule: True
         input:
             samples=shard_outputs("generate", "samples.parquet"),
             latents=shard_outputs("generate", "latents.safetensors"),

@@ -1,11 +1,8 @@
 # Preference pairs per prompt group (cheap: runs on the submitting host).
 
 
-localrules:
-    pairs,
-
-
 rule pairs:
+    localrule: True
     input:
         scores=f"{RESULTS}/iter_{{it}}/scores.parquet",
     output:

@@ -2,14 +2,8 @@
 # iteration, the validated config. Cheap, so they run on the submitting host.
 
 
-localrules:
-    grids,
-    grid_base,
-    plot_curves,
-    report_config,
-
-
 rule grids:
+    localrule: True
     input:
         samples=f"{RESULTS}/iter_{{it}}/samples.parquet",
         scores=f"{RESULTS}/iter_{{it}}/scores.parquet",
@@ -45,33 +39,8 @@ rule grids:
         "../scripts/grids.py"
 
 
-rule grid_base:
-    input:
-        eval=f"{RESULTS}/base/eval.parquet",
-    output:
-        eval_grid=report(
-            f"{RESULTS}/base/eval_grid.png",
-            caption="../report/eval_grid.rst",
-            category="base model",
-            labels={"iteration": "base", "images": "eval"},
-        ),
-    params:
-        label="base model",
-    log:
-        f"{RESULTS}/logs/base/grids.log",
-    benchmark:
-        f"{RESULTS}/benchmarks/base/grids.tsv"
-    threads: 1
-    resources:
-        mem_mb=2000,
-        runtime=10,
-    conda:
-        "../envs/rewardloop.yaml"
-    script:
-        "../scripts/grids.py"
-
-
 rule plot_curves:
+    localrule: True
     input:
         base_eval=f"{RESULTS}/base/metrics/eval.json",
         scores=all_iterations_metrics("score"),
@@ -101,6 +70,7 @@ rule plot_curves:
 
 
 rule report_config:
+    localrule: True
     output:
         config=report(
             f"{REPORT_DIR}/config.yaml",

@@ -50,10 +50,8 @@ else:
         script:
             "../scripts/score.py"
 
-    localrules:
-        score,
-
     rule score:
+        localrule: True
         input:
             scores=shard_outputs("score", "scores.parquet"),
             metrics=shard_outputs("score", "metrics.json"),

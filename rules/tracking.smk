@@ -5,6 +5,9 @@
 # The tracking URI: $MLFLOW_TRACKING_URI, else sqlite:///results/mlflow.db. `envvars:` makes Snakemake
 # refuse to start when a listed variable is unset, so it lists the variable only when it is set
 # (remote executors then pass it on); local jobs read it from their environment anyway.
+# No rule carries an absolute path (params are part of a job's identity): a results folder moved
+# elsewhere, with .snakemake/, has nothing to rerun; tracking_run finds the workflow's git repository
+# from its script's folder.
 
 import os
 
@@ -15,17 +18,12 @@ envvars:
     *TRACKING_ENVVARS,
 
 
-localrules:
-    tracking_run,
-    track_iteration,
-    track_base,
-
-
 rule tracking_run:
+    localrule: True
     output:
         run=TRACKING_RUN,
     params:
-        repo=workflow.basedir,
+        results=SHARED_RESULTS or RESULTS,  # the folder whose run lock dates the workflow run's start
     log:
         f"{RESULTS}/logs/tracking/run.log",
     benchmark:
@@ -41,6 +39,7 @@ rule tracking_run:
 
 
 rule track_iteration:
+    localrule: True
     input:
         run=TRACKING_RUN,
         metrics=iteration_metrics,
@@ -70,9 +69,11 @@ rule track_iteration:
 
 
 rule track_base:
+    localrule: True
     input:
         run=TRACKING_RUN,
         metrics=f"{RESULTS}/base/metrics/eval.json",
+        guidance_metrics=[f"{RESULTS}/base/metrics/{name}.json" for name in GUIDANCE_EVAL_CFG],
         eval=f"{RESULTS}/base/eval.parquet",
         grid=f"{RESULTS}/base/eval_grid.png",
     output:

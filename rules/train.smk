@@ -11,6 +11,8 @@ rule train:
         signal=train_signal_input,
         latents=f"{RESULTS}/iter_{{it}}/latents.safetensors",
         offline=offline_pairs_input,
+        preflight=preflight_input,
+        guard=previous_guard_input,
     output:
         lora=f"{RESULTS}/iter_{{it}}/train/{TRAINED_FILE}",
         metrics=f"{RESULTS}/iter_{{it}}/metrics/train.json",

@@ -1,4 +1,4 @@
-"""Snakemake entry point of rules eval and eval_base."""
+"""Snakemake entry point of rules eval, eval_base, eval_at_guidance and eval_base_at_guidance."""
 from rewardloop.runtime.snakemake_job import job
 
 with job(snakemake):  # noqa: F821
@@ -11,4 +11,5 @@ with job(snakemake):  # noqa: F821
         snakemake.output.table,
         snakemake.output.metrics,
         threads=snakemake.threads,
+        name=snakemake.params.get("name", "eval"),
     )

@@ -5,4 +5,5 @@ with job(snakemake):  # noqa: F821
     from rewardloop import tracking
 
     tracking.track_base(snakemake.input.run, snakemake.input.metrics, snakemake.input.eval, snakemake.input.grid,
-                        snakemake.params.benchmark, snakemake.output.marker)
+                        snakemake.params.benchmark, snakemake.output.marker,
+                        guidance_metrics=tracking.iter_names(snakemake.input.guidance_metrics))

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -18,8 +20,9 @@ import pytest
 import yaml
 
 from rewardloop import tracking
+from rewardloop.runtime import runlock
 from workflow_helpers import snakemake as run_snakemake
-from workflow_helpers import ROOT, SNAKEMAKE, tiny_overlay, write_overlay
+from workflow_helpers import ROOT, SNAKEMAKE, planned_jobs, tiny_overlay, write_overlay
 
 BIN = Path(sys.executable).parent
 MLFLOW = str(BIN / "mlflow")
@@ -41,19 +44,15 @@ def snakemake(workdir: Path, env: dict, *args: str):
     return run_snakemake(workdir, *args, env={**QUIET_ENV, **env})
 
 
-@pytest.fixture(scope="module")
-def mlflow_server(tmp_path_factory):
-    """A real tracking server (SQLite backend, proxied artifacts); stopped with its workers at the end.
-
-    Yields a function that waits for GET /health and returns the URL, so that the server boots while
-    the tiny model is built."""
-    root = tmp_path_factory.mktemp("mlflow-server")
+@contextlib.contextmanager
+def mlflow_process(command: str, *args: str, cwd: Path, log_path: Path):
+    """``mlflow <command> <args>`` on a free port of 127.0.0.1, run in ``cwd``; stopped with its workers
+    at the end. Yields a function that waits for GET /health and returns the URL (so that a server
+    boots while something else is built)."""
     port = free_port()
-    cmd = [MLFLOW, "server", "--backend-store-uri", f"sqlite:///{root}/mlflow.db",
-           "--artifacts-destination", str(root / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
-           "--workers", "1"]
-    log = open(root / "server.log", "w")
-    server = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **QUIET_ENV},
+    cmd = [MLFLOW, command, *args, "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+    log = open(log_path, "w")
+    server = subprocess.Popen(cmd, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **QUIET_ENV},
                               start_new_session=True)  # its own process group: workers die with it
     url = f"http://127.0.0.1:{port}"
 
@@ -67,7 +66,7 @@ def mlflow_server(tmp_path_factory):
             except OSError:
                 pass
             if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"mlflow server did not start:\n{(root / 'server.log').read_text()[-3000:]}")
+                raise RuntimeError(f"mlflow {command} did not start:\n{log_path.read_text()[-3000:]}")
             time.sleep(0.5)
 
     try:
@@ -84,6 +83,15 @@ def mlflow_server(tmp_path_factory):
             except subprocess.TimeoutExpired:
                 continue
         log.close()
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory):
+    """A real tracking server (SQLite backend, proxied artifacts)."""
+    root = tmp_path_factory.mktemp("mlflow-server")
+    with mlflow_process("server", "--backend-store-uri", f"sqlite:///{root}/mlflow.db", "--artifacts-destination",
+                        str(root / "artifacts"), cwd=root, log_path=root / "server.log") as ready:
+        yield ready
 
 
 @pytest.fixture(scope="module")
@@ -192,6 +200,109 @@ def test_forced_rerun_reuses_the_child_run_and_logs_no_duplicates(tracked, repo_
     assert steps(client, after["iter_001"].info.run_id, "pairs/count") == [1]
 
 
+# ------------------------------------------------------------ the default store: sqlite:///results/mlflow.db
+
+
+@pytest.fixture(scope="module")
+def sqlite_run(tmp_path_factory, tiny_model, repo_root):
+    """A finished run tracked into the default store (no MLFLOW_TRACKING_URI), as `make run` does."""
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        pytest.skip("MLFLOW_TRACKING_URI is set: the default store is not used")
+    work = tmp_path_factory.mktemp("sqlite-run")
+    write_overlay(work, overlay(tiny_model))
+    snakemake(work, {})
+    run = json.loads((work / "results/tracking/run.json").read_text())
+    assert run["status"] == "ok" and run["tracking_uri"] == "sqlite:///results/mlflow.db", run
+    return work
+
+
+def sqlite_client(work: Path):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=f"sqlite:///{work}/results/mlflow.db")
+
+
+GRIDS = {"iter_000": {"rollout_grid.png": "iter_000/grid.png", "eval_grid.png": "iter_000/eval_grid.png"},
+         "iter_001": {"rollout_grid.png": "iter_001/grid.png", "eval_grid.png": "iter_001/eval_grid.png"}}
+
+
+@pytest.mark.workflow
+def test_a_moved_run_folder_reruns_nothing_and_mlflow_ui_shows_every_image(sqlite_run, tmp_path):
+    """The run folder (results/ and .snakemake/) copied elsewhere while the original is out of reach:
+    `snakemake -n` there has nothing to do, no file under results/ (logs aside) names the old folder,
+    and `mlflow ui` started in the copy, as the README says, lists and serves every grid, byte for byte."""
+    moved = tmp_path / "archive" / "run"
+    shutil.copytree(sqlite_run, moved, symlinks=True)  # copy2: mtimes kept, as mv, rsync -a, cp -a do
+    away = sqlite_run.with_name(sqlite_run.name + "-away")
+    sqlite_run.rename(away)  # the original path no longer exists while the copy is used
+    try:
+        dry = snakemake(moved, {}, "-n")
+        assert planned_jobs(dry) == {} and "Nothing to be done" in dry.stdout + dry.stderr, dry.stdout[-3000:]
+        old = str(sqlite_run).encode()
+        for path in sorted((moved / "results").rglob("*")):
+            rel = path.relative_to(moved / "results")
+            if path.is_file() and rel.parts[0] != "logs":
+                assert old not in path.read_bytes(), rel
+        ui = ("ui", "--backend-store-uri", "sqlite:///results/mlflow.db", "--artifacts-destination", "results/mlartifacts")
+        with mlflow_process(*ui, cwd=moved, log_path=tmp_path / "ui.log") as ready:
+            from mlflow.tracking import MlflowClient
+
+            client = MlflowClient(tracking_uri=ready())
+            parent = json.loads((moved / "results/tracking/run.json").read_text())
+            kids = children(client, parent)
+            assert sorted(kids) == sorted(GRIDS)
+            served = {(name, a.path): (moved / "results" / GRIDS[name][a.path]).read_bytes()
+                      for name, child in kids.items() for a in client.list_artifacts(child.info.run_id)}
+            assert sorted(served) == sorted((name, file) for name in GRIDS for file in GRIDS[name])
+            for (name, file), expected in served.items():
+                local = client.download_artifacts(kids[name].info.run_id, file, str(tmp_path / name))
+                assert Path(local).read_bytes() == expected, (name, file)
+            base = client.download_artifacts(parent["run_id"], "base/eval_grid.png", str(tmp_path / "base"))
+            assert Path(base).read_bytes() == (moved / "results/base/eval_grid.png").read_bytes()
+    finally:
+        away.rename(sqlite_run)
+
+
+@pytest.mark.workflow
+def test_experiment_opens_in_the_training_view_and_runs_last_as_long_as_their_work(sqlite_run, repo_root):
+    client = sqlite_client(sqlite_run)
+    parent = json.loads((sqlite_run / "results/tracking/run.json").read_text())
+    experiment = client.get_experiment(parent["experiment_id"])
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"  # not MLflow 3's GenAI pages
+    assert experiment.artifact_location == "mlflow-artifacts:/rewardloop"
+    run = client.get_run(parent["run_id"])
+    head = subprocess.run(["git", "-C", str(repo_root), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    assert run.data.tags["rewardloop.git_commit"].startswith(head.strip()) and "rewardloop.workdir" not in run.data.tags
+    kids = children(client, parent)
+    for name, child in kids.items():
+        folder = sqlite_run / "results" / name
+        train = tracking.benchmark_seconds(sqlite_run / f"results/benchmarks/{name}/train.tsv")
+        assert child.info.end_time - child.info.start_time >= 1000 * train, name  # it spans its stages' jobs
+        mtimes = [int(p.stat().st_mtime * 1000) for p in (folder / "metrics").glob("*.json")]
+        assert int((folder / "metrics/train.json").stat().st_mtime * 1000) <= child.info.end_time <= max(mtimes)
+    ends = [c.info.end_time for c in kids.values()]
+    assert run.info.status == "FINISHED" and run.info.end_time >= max(ends)  # not the few ms of tracking_run
+    # it starts with the workflow run (its lock), before the first iteration's first job (1 s: ms rounding
+    # and the benchmark's own start)
+    assert run.info.start_time == runlock.taken_ms(sqlite_run / "results")
+    assert run.info.start_time <= min(c.info.start_time for c in kids.values()) + 1000
+
+
+@pytest.mark.workflow
+def test_each_value_is_logged_under_one_name(sqlite_run):
+    """One reward (color_match, weight 1) is the combined reward: it is logged as `reward` only, while
+    eval.rewards' extra reward has its own name; the learning rate is the `train/lr` curve only."""
+    client = sqlite_client(sqlite_run)
+    parent = json.loads((sqlite_run / "results/tracking/run.json").read_text())
+    for run_id in [parent["run_id"], *(c.info.run_id for c in children(client, parent).values())]:
+        names = set(client.get_run(run_id).data.metrics)
+        assert not {n for n in names if "reward_color_match" in n} and "train/learning_rate" not in names, run_id
+        assert {"rollout/reward/raw_mean", "eval/reward/mean", "eval/reward_jpeg_compressibility/mean",
+                "eval/reward_jpeg_compressibility/q50", "train/lr"} <= names, run_id
+    scores = pd.read_parquet(sqlite_run / "results/iter_000/scores.parquet")
+    assert scores.reward_color_match.equals(scores.reward)  # what makes it a copy, in the table itself
+
+
 # ---------------------------------------------------------------------------------- without a server
 
 
@@ -208,8 +319,9 @@ def test_default_tracking_uri_is_sqlite_in_results(tmp_path, monkeypatch):
     client = MlflowClient(tracking_uri="sqlite:///results/mlflow.db")
     run = client.get_run(marker["run_id"])
     assert run.data.params["train.steps"] == "3" and run.info.run_name == tmp_path.name
-    assert client.get_experiment(marker["experiment_id"]).artifact_location.startswith(
-        (tmp_path / "results/mlartifacts").as_uri())
+    experiment = client.get_experiment(marker["experiment_id"])
+    assert experiment.artifact_location == "mlflow-artifacts:/unit"  # no absolute path: the folder can move
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:////elsewhere.db")
     assert tracking.tracking_uri() == "sqlite:////elsewhere.db"
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -102,6 +103,7 @@ def complete(config: dict) -> dict:
     the checks of files on disk (``validate`` does both)."""
     _drop_null_rewards(config)
     refuse_moved_keys(config)
+    _typed_command_line_values(config, load_schema())
     errors = sorted(_Validator(load_schema()).iter_errors(config), key=lambda e: list(e.path))
     if errors:
         lines = [f"  {_key_path(e)}: {_message(e)}" for e in errors]
@@ -112,6 +114,36 @@ def complete(config: dict) -> dict:
     for name in [k for k in config["train"] if k != config["train"]["loss"] and k in _objective_names()]:
         del config["train"][name]
     return config
+
+
+_BOOLEANS = {"true": True, "false": False}
+
+
+def _typed_command_line_values(config: dict, schema: Mapping) -> None:
+    """Snakemake reads a nested ``--config 'guard={stop: false}'`` with YAML's BaseLoader, so every
+    value in it is a string: give the booleans, numbers and nulls among them the type the schema
+    declares for their key (``--config iterations=5`` and top-level values are typed by Snakemake)."""
+    properties = schema.get("properties") or {}
+    for key, value in list(config.items()):
+        spec = properties.get(key)
+        if not isinstance(spec, Mapping):
+            continue
+        types = spec.get("type", [])
+        types = [types] if isinstance(types, str) else types
+        if isinstance(value, dict):
+            _typed_command_line_values(value, spec)
+        elif isinstance(value, str):
+            if "boolean" in types and value.lower() in _BOOLEANS:
+                config[key] = _BOOLEANS[value.lower()]
+            elif "null" in types and value in ("null", "~"):
+                config[key] = None
+            elif "integer" in types and re.fullmatch(r"[+-]?\d+", value):
+                config[key] = int(value)
+            elif "number" in types:
+                try:
+                    config[key] = float(value)
+                except ValueError:
+                    pass
 
 
 def _objective_names() -> list[str]:
@@ -200,11 +232,14 @@ def check_semantics(config: dict) -> None:
     if offline and not Path(offline).is_file():
         raise ConfigError(f"data.offline_pairs: {offline} is not a file (expected a Pick-a-Pic layout Parquet)")
     check_objective(config)
-    clash = sorted(set(config["eval"].get("rewards") or {}) & set(config["rewards"]))
-    if clash:
-        raise ConfigError(f"eval.rewards: {', '.join(clash)} already in rewards (names must differ)")
-    for key in ("rewards", "eval.rewards"):
-        section = config["eval"].get("rewards") if key == "eval.rewards" else config["rewards"]
+    _check_guidance_evals(config)
+    sections = {"rewards": config["rewards"], "eval.rewards": config["eval"].get("rewards") or {},
+                "gold_rewards": config["gold_rewards"]}
+    for key in ("eval.rewards", "gold_rewards"):  # extra columns beside the trained rewards' own
+        clash = sorted(set(sections[key]) & set(config["rewards"]))
+        if clash:
+            raise ConfigError(f"{key}: {', '.join(clash)} already in rewards (names must differ)")
+    for key, section in sections.items():
         try:
             rewards.check_options(section or {}, key=key)
         except ValueError as exc:
@@ -214,6 +249,8 @@ def check_semantics(config: dict) -> None:
         for prompt_id, prompt in zip(loaded.prompt_id, loaded.prompt):
             try:
                 rewards.check_prompts(config["rewards"], [prompt])
+                if config["gold_rewards"]:  # they rescore the rollouts and the eval images
+                    rewards.check_prompts(config["gold_rewards"], [prompt])
             except ValueError as exc:
                 raise ConfigError(f"prompts.{key} ({config['prompts'][key]}), prompt {prompt_id}: {exc}") from exc
         if key == "train":
@@ -351,6 +388,8 @@ def input_identities(config: Mapping, sections) -> dict[str, str]:
     reward_sections = [("rewards", config.get("rewards") or {})] if "rewards" in sections else []
     if "eval" in sections:
         reward_sections.append(("eval.rewards", config["eval"].get("rewards") or {}))
+    if "gold_rewards" in sections:
+        reward_sections.append(("gold_rewards", config["gold_rewards"]))
     for key, rewards in reward_sections:
         for name, value in rewards.items():
             for option in path_options(name) if isinstance(value, Mapping) else ():
@@ -361,3 +400,34 @@ def input_identities(config: Mapping, sections) -> dict[str, str]:
 
 # (section, key) pairs that change how many jobs do a stage's work, never its result.
 JOB_SPLIT_KEYS = (("generate", "shards"), ("score", "shards"))
+
+
+def _check_guidance_evals(config: Mapping) -> None:
+    main = config["eval"].get("guidance_scale")
+    main = config["generate"]["guidance_scale"] if main is None else main
+    if float(main) in guidance_evals(config).values():
+        raise ConfigError(f"eval.also_at_guidance: {float(main):g} is the eval's own CFG scale (eval.guidance_scale, "
+                          f"or generate.guidance_scale when that is null): list only further scales")
+
+
+def eval_config(config: Mapping, guidance: float | None = None) -> dict[str, Any]:
+    """What an eval job reads: the held-out prompts, and of generate only the sampler's guidance, size,
+    batch, sampler and precision (not the rollouts' steps, eta, group size or SDE settings). The same
+    for the base model's eval and every iteration's, and for every experiment of a fan-out (which
+    therefore shares one base eval). ``guidance``: one of ``eval.also_at_guidance``, whose eval is the
+    same but for its CFG scale. ``also_at_guidance`` itself is left out, so adding a scale reruns no eval."""
+    config = {**config, "eval": {k: v for k, v in config["eval"].items() if k != "also_at_guidance"}}
+    if guidance is not None:
+        config["eval"]["guidance_scale"] = float(guidance)
+    generate = ("resolution", "batch_size", "scheduler", "precision")
+    if config["eval"].get("guidance_scale") is None:  # else eval's own guidance, not the rollouts'
+        generate = ("guidance_scale", *generate)
+    return stage_config(config, "model", "prompts", "generate", "eval", "rewards", "score", "device",
+                        keep={"prompts": ("eval",), "generate": generate})
+
+
+def guidance_evals(config: Mapping) -> dict[str, float]:
+    """{name: CFG scale} of the further evals of ``eval.also_at_guidance``: ``eval_cfg1`` for 1.0, ``eval_cfg4.5``
+    for 4.5. The name is the files' (``eval_cfg1.parquet``, ``metrics/eval_cfg1.json``) and the metrics'
+    prefix (``eval_cfg1/reward/mean``)."""
+    return {f"eval_cfg{float(g):g}": float(g) for g in config["eval"].get("also_at_guidance") or ()}

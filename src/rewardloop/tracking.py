@@ -1,13 +1,26 @@
 """MLflow tracking of a workflow run, from the artifacts the stages leave (the stages never import mlflow).
 
 * ``start_parent_run`` (rule tracking_run, local, once per results folder): creates the experiment
-  when missing and ONE parent run; writes its id to ``results/tracking/run.json``. Params of the
-  parent run are the flattened config; tags are the git commit, the rewardloop version and the model.
+  when missing (tagged as a model-training experiment, so that MLflow 3 opens its runs, not its GenAI
+  pages) and ONE parent run; writes its id to ``results/tracking/run.json``. Params of the parent run
+  are the flattened config; tags are the git commit, the rewardloop version and the model.
 * ``track_iteration`` (rule track_iteration): finds (by tags) or creates the child run ``iter_XXX``
   and logs the iteration's metrics (step = iteration), reward statistics from the Parquet tables,
   the training curves (step = global optimizer step) and the image grids; the per-iteration metrics
   and the curves also go into the parent run, so that it shows one curve over all iterations.
 * ``track_base``: the base model's eval at step -1 into the parent run.
+
+Relocatable. The default store is ``sqlite:///results/mlflow.db``, relative to the working
+directory, and an experiment it creates keeps its artifacts at ``mlflow-artifacts:/<experiment>``,
+which an MLflow server resolves under its ``--artifacts-destination`` (``mlartifacts/`` beside the
+database; these jobs write there directly). So no stored URI holds the folder's absolute path: a
+results folder moved or copied elsewhere opens with every image in ``mlflow ui --backend-store-uri
+sqlite:///<results>/mlflow.db --artifacts-destination <results>/mlartifacts``.
+
+Durations. A run's start and end are those of the work it records: a child's from its stages'
+files (mtime minus the job's wall time), the parent's end moves to the latest one logged.
+Metric names are unique: a reward column that is a copy of the combined ``reward`` (a single reward of
+weight 1) is logged once, as ``reward``; the learning rate once, as the per-step curve ``train/lr``.
 
 Every logged value carries a timestamp derived from its source file's mtime, so a rerun logs the
 same rows again, which MLflow deduplicates. ``snakemake --forcerun <rule>`` logs again.
@@ -31,6 +44,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -46,12 +60,15 @@ from rewardloop import __version__
 
 from rewardloop.models import loading as models
 from rewardloop.artifacts import benchmark_seconds, write_json
+from rewardloop.experiments import RUN_KEY as FANOUT_RUN_KEY
 
 DEFAULT_TRACKING_URI = "sqlite:///results/mlflow.db"
 ENV_TRACKING_URI = "MLFLOW_TRACKING_URI"
 STAGES = ("generate", "score", "pairs", "train", "export", "eval")
 QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
 TAG_ROLE, TAG_PARENT, TAG_ITERATION = "rewardloop.role", "rewardloop.parent_run_id", "rewardloop.iteration"
+TAG_EXPERIMENT, TAG_SEED = "rewardloop.experiment", "rewardloop.seed"  # a fan-out's run (rewardloop.experiments)
+TAG_GUARD = "rewardloop.guard"  # the reward-hacking guard's verdict (rules/monitors.smk)
 MAX_PARAM_VAL_LENGTH, MAX_KEY_LENGTH, MAX_TAG_VAL_LENGTH = 6000, 250, 8000  # mlflow.utils.validation
 LOCK_MARKERS = ("database is locked", "database table is locked", "sqlite_busy")
 # What makes an error retryable or not (lower-cased text of the exception and its causes).
@@ -67,6 +84,10 @@ CONNECTION_MARKERS = ("connection refused", "newconnectionerror", "failed to est
                       "timed out", "timeout", "connection reset", "connection aborted", "remotedisconnected",
                       "connectionerror")
 FIRST_CONTACT_TIMEOUT_S = 10
+ARTIFACTS_DIR = "mlartifacts"  # beside a SQLite store: what `--artifacts-destination` names
+PROXIED_SCHEME = "mlflow-artifacts:"
+EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}  # MLflow 3: the model-training view
+NOT_LOGGED = {"train/learning_rate"}  # the peak of the `train/lr` curve, which is logged
 
 # Defaults for a job that talks to a server: fail within about a minute, not the 7 retries of
 # MLflow's default; the user's own settings win. No telemetry from a job.
@@ -199,12 +220,22 @@ def client(uri: str, first_contact: bool = False):
     timeout; when it cannot be reached at all, or refuses (401/403), that is the answer, in seconds."""
     from mlflow.tracking import MlflowClient
 
+    db = None
     if uri.startswith("sqlite:///"):
         db = Path(uri[len("sqlite:///"):].split("?")[0])
         db.parent.mkdir(parents=True, exist_ok=True)
         if db.name and db.name != ":memory:":
             retry(check_sqlite, db)
-    mlflow_client = MlflowClient(tracking_uri=uri)
+        else:
+            db = None
+    with _store_lock(db):  # the first opening of a new SQLite file creates its schema: one job at a time
+        if db is not None and _has_no_tables(db):  # its schema and Default experiment as `mlflow server`
+            from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore  # makes them: no absolute ./mlruns
+
+            retry(SqlAlchemyStore, uri, f"{PROXIED_SCHEME}/")
+        mlflow_client = MlflowClient(tracking_uri=uri)
+        if db is not None:
+            retry(mlflow_client.search_experiments, max_results=1)
     if first_contact and uri.startswith(("http://", "https://")):
         timeout = min(float(os.environ.get("MLFLOW_HTTP_REQUEST_TIMEOUT") or 30), FIRST_CONTACT_TIMEOUT_S)
         try:
@@ -216,16 +247,53 @@ def client(uri: str, first_contact: bool = False):
                 raise
             print(f"tracking: {uri} answered with a transient error ({summary(exc)}); retrying", file=sys.stderr,
                   flush=True)
-    retry(mlflow_client.search_experiments, max_results=1)  # opens the store (a new SQLite file: its schema)
+    if db is None:
+        retry(mlflow_client.search_experiments, max_results=1)
     return mlflow_client
 
 
-def artifact_location(uri: str) -> str | None:
-    """Artifacts of a SQLite store go beside the database (MLflow would pick ./mlruns); servers decide."""
+@contextlib.contextmanager
+def _store_lock(db: Path | None):
+    """Hold ``<db>.lock`` while MLflow opens a SQLite store: the first opening creates its tables and
+    migrates them, and two tracking jobs doing that at once (an experiments fan-out starts one per run)
+    break each other ("table ... already exists"). No lock for a server: it serialises that itself."""
+    if db is None:
+        yield
+        return
+    import fcntl
+
+    with open(db.with_name(db.name + ".lock"), "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _has_no_tables(db: Path) -> bool:
+    import sqlite3
+
+    conn = sqlite3.connect(str(db))
+    try:
+        return conn.execute("SELECT count(*) FROM sqlite_master WHERE type = 'table'").fetchone()[0] == 0
+    finally:
+        conn.close()
+
+
+def artifacts_root(uri: str) -> Path | None:
+    """Where a SQLite store's proxied artifacts live: ``mlartifacts/`` beside the database file,
+    relative when the URI is (MLflow would pick ./mlruns, as an absolute path); None for servers."""
     if uri.startswith("sqlite:///"):
-        db = Path(uri[len("sqlite:///"):].split("?")[0])
-        return (db.parent / "mlartifacts").resolve().as_uri()
+        return Path(uri[len("sqlite:///"):].split("?")[0]).parent / ARTIFACTS_DIR
     return None
+
+
+def artifact_location(uri: str, name: str) -> str | None:
+    """A new experiment's artifact location: for a SQLite store ``mlflow-artifacts:/<name>``, resolved by
+    whoever serves the folder (no absolute path is stored); a server decides its own (None)."""
+    if artifacts_root(uri) is None:
+        return None
+    return f"{PROXIED_SCHEME}/" + (re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "experiment")
 
 
 def get_or_create_experiment(mlflow_client, name: str, uri: str) -> str:
@@ -233,14 +301,20 @@ def get_or_create_experiment(mlflow_client, name: str, uri: str) -> str:
     if experiment is not None:
         if experiment.lifecycle_stage == "deleted":
             raise TrackingError(f"experiment {name!r} is deleted; restore it or set tracking.experiment")
-        return experiment.experiment_id
-    try:
-        return retry(mlflow_client.create_experiment, name, artifact_location=artifact_location(uri))
-    except Exception:  # another process created it meanwhile
-        experiment = retry(mlflow_client.get_experiment_by_name, name)
-        if experiment is None:
-            raise
-        return experiment.experiment_id
+        experiment_id = experiment.experiment_id
+    else:
+        try:
+            experiment_id = retry(mlflow_client.create_experiment, name,
+                                  artifact_location=artifact_location(uri, name), tags=EXPERIMENT_KIND)
+        except Exception:  # another process created it meanwhile
+            experiment = retry(mlflow_client.get_experiment_by_name, name)
+            if experiment is None:
+                raise
+            experiment_id = experiment.experiment_id
+    if experiment is not None and experiment.tags.get("mlflow.experimentKind") != EXPERIMENT_KIND["mlflow.experimentKind"]:
+        for key, value in EXPERIMENT_KIND.items():  # an experiment made before (or by MLflow's UI)
+            retry(mlflow_client.set_experiment_tag, experiment_id, key, value)
+    return experiment_id
 
 
 # ---------------------------------------------------------------------------------------- values
@@ -272,7 +346,7 @@ def stage_metrics(stage: str, metrics: Mapping) -> dict[str, float]:
     """The numeric entries of a stage's metrics JSON; plain keys get the stage as prefix."""
     out = {}
     for key, value in metrics.items():
-        if key in ("iteration", "history"):
+        if key in ("iteration", "history") or key in NOT_LOGGED:
             continue
         number = _number(value)
         if number is not None:
@@ -282,8 +356,39 @@ def stage_metrics(stage: str, metrics: Mapping) -> dict[str, float]:
     return out
 
 
+def reward_copies(frame: pd.DataFrame) -> set[str]:
+    """The ``reward_<name>`` columns equal to ``reward`` row for row (a single reward of weight 1 is
+    the combined reward): MLflow gets those values once, under ``reward``."""
+    components = [c for c in frame.columns if c.startswith("reward_") and c != "reward_details"]
+    if "reward" not in frame:
+        return set()
+    return {c for c in components if frame[c].astype(float).equals(frame["reward"].astype(float))}
+
+
 def reward_columns(frame: pd.DataFrame) -> list[str]:
-    return [c for c in frame.columns if c == "reward" or (c.startswith("reward_") and c != "reward_details")]
+    copies = reward_copies(frame)
+    return [c for c in frame.columns
+            if c == "reward" or (c.startswith("reward_") and c != "reward_details" and c not in copies)]
+
+
+def without_copies(points: list, copies: Mapping[str, set[str]]) -> list:
+    """``points`` but those of a copied column: ``{"eval": {"reward_color_match"}}`` drops
+    ``eval/reward_color_match/mean`` and the other statistics of that column."""
+    def kept(key: str) -> bool:
+        prefix, _, rest = key.partition("/")
+        return rest.split("/")[0] not in copies.get(prefix, ())
+
+    return [p for p in points if kept(p[0])]
+
+
+def table_points(path, prefix: str, step: int, raw: bool) -> tuple[list, set[str]]:
+    """The reward distribution of a scores (``raw``) or eval table as points at ``step``, and its
+    copied columns. Eval's mean and std are not among them: eval.json has those already."""
+    frame = pd.read_parquet(path).drop(columns=["image", "reward_details"], errors="ignore")
+    ts = _mtime_ms(path)
+    points = [(k, v, ts, step) for k, v in reward_distribution(frame, prefix, raw=raw).items()
+              if raw or not k.endswith(("/mean", "/std"))]
+    return points, reward_copies(frame)
 
 
 def reward_distribution(frame: pd.DataFrame, prefix: str, raw: bool) -> dict[str, float]:
@@ -342,13 +447,37 @@ def _log(mlflow_client, run_id: str, metrics=(), params: Mapping | None = None, 
         retry(mlflow_client.log_batch, run_id, tags=tags[start:start + 100])
 
 
-def _log_artifacts(mlflow_client, run_id: str, files: Mapping[str, str], artifact_path: str | None = None):
-    """Upload ``{name in the run: local file}``: copies under the wanted names, one upload."""
+def _log_artifacts(mlflow_client, uri: str, run_id: str, files: Mapping[str, str], artifact_path: str | None = None):
+    """Upload ``{name in the run: local file}``: copies under the wanted names, one upload. A run of a
+    SQLite store whose artifacts are proxied (``mlflow-artifacts:/...``) gets them written where a
+    server of that store resolves them, under ``artifacts_root(uri)``."""
+    from mlflow.store.artifact.local_artifact_repo import LocalArtifactRepository
+
+    artifact_uri = retry(mlflow_client.get_run, run_id).info.artifact_uri
+    root = artifacts_root(uri)
     with tempfile.TemporaryDirectory(prefix="rewardloop-artifacts-") as tmp:
         for name, source in files.items():
             shutil.copyfile(source, Path(tmp) / name)
-        retry(mlflow_client.log_artifacts, run_id, tmp, artifact_path)
+        if root is not None and artifact_uri.startswith(PROXIED_SCHEME):
+            LocalArtifactRepository(str(root / artifact_uri[len(PROXIED_SCHEME):].lstrip("/"))).log_artifacts(
+                tmp, artifact_path)
+        else:
+            retry(mlflow_client.log_artifacts, run_id, tmp, artifact_path)
     return sorted(files)
+
+
+def _span_ms(files: Mapping[str, str], benchmarks: Mapping[str, str] | None = None) -> tuple[int, int]:
+    """(start, end) in ms of the work that wrote ``files`` ({stage: path}): the earliest mtime less its
+    job's wall time (``benchmarks``: {stage: TSV}), the latest mtime."""
+    ends = {key: _mtime_ms(path) for key, path in files.items()}
+    starts = [end - int(1000 * (benchmark_seconds((benchmarks or {}).get(key, "")) or 0)) for key, end in ends.items()]
+    return min(starts), max(ends.values())
+
+
+def _extend_parent(mlflow_client, run_id: str, end_ms: int) -> None:
+    """The parent run ends with the latest work logged into it (it would read a few ms otherwise)."""
+    info = retry(mlflow_client.get_run, run_id).info
+    retry(mlflow_client.set_terminated, run_id, "FINISHED", end_time=max(end_ms, info.end_time or 0, info.start_time))
 
 
 def git_commit(repo: str | os.PathLike | None) -> str | None:
@@ -392,8 +521,9 @@ def _skipped(marker: dict, exc: Skipped, path, started: float) -> dict:
     return marker
 
 
-def start_parent_run(config: Mapping, run_json, repo: str | None = None) -> dict:
-    """Rule tracking_run: create ONE parent run and write its id (or the failure) to ``run_json``."""
+def start_parent_run(config: Mapping, run_json, repo: str | None = None, start_ms: int | None = None) -> dict:
+    """Rule tracking_run: create ONE parent run (starting at ``start_ms``, the workflow run's start,
+    when known) and write its id (or the failure) to ``run_json``."""
     tracking = config.get("tracking", {})
     uri = tracking_uri()
     marker = {"status": "ok", "tracking_uri": uri, "experiment": tracking.get("experiment", "rewardloop")}
@@ -407,16 +537,19 @@ def start_parent_run(config: Mapping, run_json, repo: str | None = None) -> dict
             TAG_ROLE: "parent",
             "rewardloop.version": __version__,
             "rewardloop.model": _model_tag(config.get("model", {})),
-            "rewardloop.workdir": str(Path.cwd()),
         }
+        fanout = config.get(FANOUT_RUN_KEY)
+        if fanout:  # one run of an experiments fan-out: the UI groups and filters by these tags
+            name = f"{name} {fanout['name']} seed {fanout['seed']}"
+            tags.update({TAG_EXPERIMENT: fanout["name"], TAG_SEED: str(fanout["seed"])})
         commit = git_commit(repo)
         if commit:
             tags["mlflow.source.git.commit"] = commit.removesuffix("-dirty")
             tags["rewardloop.git_commit"] = commit  # "-dirty": tracked files differed from the commit
-        run = retry(mlflow_client.create_run, experiment_id, run_name=name, tags=tags)
+        run = retry(mlflow_client.create_run, experiment_id, run_name=name, tags=tags, start_time=start_ms)
         run_id = run.info.run_id
         _log(mlflow_client, run_id, params=flatten(dict(config)))
-        retry(mlflow_client.set_terminated, run_id, "FINISHED")
+        retry(mlflow_client.set_terminated, run_id, "FINISHED")  # until the first iteration extends it
         marker.update(experiment_id=experiment_id, run_id=run_id, run_name=name,
                       seconds=round(time.perf_counter() - started, 3))
         print(f"tracking: parent run {run_id} ({name}) in experiment {marker['experiment']} at {uri}", flush=True)
@@ -438,8 +571,9 @@ def _parent(run_json) -> dict:
     return parent
 
 
-def find_or_create_child(mlflow_client, parent: Mapping, iteration: int) -> str:
-    """The child run of ``iteration`` under the parent (found by tags, so reruns reuse it)."""
+def find_or_create_child(mlflow_client, parent: Mapping, iteration: int, start_ms: int | None = None) -> str:
+    """The child run of ``iteration`` under the parent (found by tags, so reruns reuse it); a new one
+    starts at ``start_ms``."""
     query = f"tags.`{TAG_PARENT}` = '{parent['run_id']}' and tags.`{TAG_ITERATION}` = '{iteration}'"
     found = retry(mlflow_client.search_runs, [parent["experiment_id"]], filter_string=query, max_results=1)
     if found:
@@ -451,7 +585,8 @@ def find_or_create_child(mlflow_client, parent: Mapping, iteration: int) -> str:
         TAG_ROLE: "iteration",
         "rewardloop.version": __version__,
     }
-    run = retry(mlflow_client.create_run, parent["experiment_id"], run_name=f"iter_{iteration:03d}", tags=tags)
+    run = retry(mlflow_client.create_run, parent["experiment_id"], run_name=f"iter_{iteration:03d}", tags=tags,
+                start_time=start_ms)
     return run.info.run_id
 
 
@@ -472,16 +607,12 @@ def iteration_points(iteration: int, metrics_files: Mapping[str, str], tables: M
             wall_total += bench if stage != "eval" else 0.0  # eval runs beside the loop
     if wall_total:
         points.append(("perf/wall/iteration", wall_total, _mtime_ms(metrics_files["export"]), iteration))
-    if "scores" in tables:
-        scores = pd.read_parquet(tables["scores"], columns=None).drop(columns=["reward_details"], errors="ignore")
-        points += [(k, v, _mtime_ms(tables["scores"]), iteration)
-                   for k, v in reward_distribution(scores, "rollout", raw=True).items()]
-    if "eval" in tables:
-        evals = pd.read_parquet(tables["eval"]).drop(columns=["image", "reward_details"], errors="ignore")
-        dist = reward_distribution(evals, "eval", raw=False)
-        points += [(k, v, _mtime_ms(tables["eval"]), iteration) for k, v in dist.items()
-                   if not k.endswith("/mean") and not k.endswith("/std")]  # eval.json has those already
-    return points, curve
+    copies = {}
+    for prefix, name in (("rollout", "scores"), ("eval", "eval")):
+        if name in tables:
+            more, copies[prefix] = table_points(tables[name], prefix, iteration, raw=prefix == "rollout")
+            points += more
+    return without_copies(points, copies), curve
 
 
 def track_iteration(run_json, iteration: int, metrics_files: Mapping[str, str], tables: Mapping[str, str],
@@ -495,15 +626,17 @@ def track_iteration(run_json, iteration: int, metrics_files: Mapping[str, str], 
         marker.update(tracking_uri=parent["tracking_uri"], parent_run_id=parent["run_id"],
                       experiment_id=parent["experiment_id"])
         points, curve = iteration_points(iteration, metrics_files, tables, benchmarks, steps_per_iteration)
+        start_ms, end_ms = _span_ms(metrics_files, benchmarks)
         mlflow_client = client(parent["tracking_uri"])
-        run_id = find_or_create_child(mlflow_client, parent, iteration)
+        run_id = find_or_create_child(mlflow_client, parent, iteration, start_ms)
         marker["run_id"] = run_id
         retry(mlflow_client.update_run, run_id, status="RUNNING")
         _log(mlflow_client, run_id, metrics=points + curve,
              params={"iteration": str(iteration), "steps_per_iteration": str(steps_per_iteration)})
         _log(mlflow_client, parent["run_id"], metrics=points + curve)
-        marker["artifacts"] = _log_artifacts(mlflow_client, run_id, grids)
-        retry(mlflow_client.set_terminated, run_id, "FINISHED")
+        marker["artifacts"] = _log_artifacts(mlflow_client, parent["tracking_uri"], run_id, grids)
+        retry(mlflow_client.set_terminated, run_id, "FINISHED", end_time=end_ms)
+        _extend_parent(mlflow_client, parent["run_id"], end_ms)
         marker["metrics"] = sorted({p[0] for p in points})
         marker["train_curve"] = {"points": len(curve),
                                  "steps": [min((p[3] for p in curve), default=None),
@@ -520,8 +653,10 @@ def track_iteration(run_json, iteration: int, metrics_files: Mapping[str, str], 
     return marker
 
 
-def track_base(run_json, metrics_file, table, grid, benchmark, marker_path) -> dict:
-    """Rule track_base: the base model's eval into the parent run at step -1."""
+def track_base(run_json, metrics_file, table, grid, benchmark, marker_path,
+               guidance_metrics: Mapping[str, str] | None = None) -> dict:
+    """Rule track_base: the base model's eval into the parent run at step -1, and its evals at the
+    further guidance scales of ``eval.also_at_guidance`` (``{name: metrics JSON}``)."""
     marker = {"status": "ok", "iteration": -1}
     started = time.perf_counter()
     try:
@@ -530,15 +665,18 @@ def track_base(run_json, metrics_file, table, grid, benchmark, marker_path) -> d
         metrics = json.loads(Path(metrics_file).read_text())
         ts = _mtime_ms(metrics_file)
         points = [(k, v, ts, -1) for k, v in stage_metrics("eval", metrics).items()]
-        evals = pd.read_parquet(table).drop(columns=["image", "reward_details"], errors="ignore")
-        points += [(k, v, _mtime_ms(table), -1) for k, v in reward_distribution(evals, "eval", raw=False).items()
-                   if not k.endswith("/mean") and not k.endswith("/std")]
+        for name, path in (guidance_metrics or {}).items():
+            points += [(k, v, _mtime_ms(path), -1) for k, v in stage_metrics(name, json.loads(Path(path).read_text())).items()]
+        more, copies = table_points(table, "eval", -1, raw=False)
+        points = without_copies(points + more, {"eval": copies})
         bench = benchmark_seconds(benchmark)
         if bench is not None:
             points.append(("perf/wall/eval", bench, ts, -1))
         mlflow_client = client(parent["tracking_uri"])
         _log(mlflow_client, parent["run_id"], metrics=points)
-        marker["artifacts"] = _log_artifacts(mlflow_client, parent["run_id"], {"eval_grid.png": grid}, "base")
+        marker["artifacts"] = _log_artifacts(mlflow_client, parent["tracking_uri"], parent["run_id"],
+                                             {"eval_grid.png": grid}, "base")
+        _extend_parent(mlflow_client, parent["run_id"], _span_ms({"eval": metrics_file, "table": table})[1])
         marker["metrics"] = sorted({p[0] for p in points})
         marker["seconds"] = round(time.perf_counter() - started, 3)
         print(f"tracking: base eval -> parent run {parent['run_id']}: {len(points)} values", flush=True)
@@ -546,6 +684,78 @@ def track_base(run_json, metrics_file, table, grid, benchmark, marker_path) -> d
         return _skipped(marker, exc, marker_path, started)
     except Exception as exc:
         return _failure(marker, exc, marker_path, started, answered=True)
+    write_json(marker, marker_path)
+    return marker
+
+
+def monitor_points(iteration: int, health_path, gold_paths: Iterable[str]) -> list:
+    """health/<source>/<statistic> of a health.parquet and gold/<name>/mean (and rollout_mean) of each
+    rescore JSON, at step = iteration (-1: the base model)."""
+    import pyarrow.parquet as pq
+
+    points = []
+    ts = _mtime_ms(health_path)
+    for row in pq.read_table(health_path).to_pylist():
+        points += [(f"health/{row['source']}/{k}", float(v), ts, iteration) for k, v in row.items()
+                   if k not in ("iteration", "source", "images") and _number(v) is not None]
+    return points + [p for path in gold_paths for p in _gold_points(path, iteration)]
+
+
+def guard_tag(verdict_path) -> str:
+    verdict = json.loads(Path(verdict_path).read_text())
+    checks = ", ".join(b["check"] for b in verdict["breaches"])
+    return f"breach: {checks}" if checks else "ok"
+
+
+def _log_to_parent_and_child(parent: Mapping, iteration: int, points: list, child_tags: Mapping) -> None:
+    """``points`` into the parent run and the iteration's child run (none for the base model, -1); the
+    child gets ``child_tags``, the parent a guard breach as ``iteration N breach: ...``."""
+    mlflow_client = client(parent["tracking_uri"])
+    _log(mlflow_client, parent["run_id"], metrics=points)
+    if iteration >= 0:
+        _log(mlflow_client, find_or_create_child(mlflow_client, parent, iteration), metrics=points, tags=child_tags)
+    if child_tags.get(TAG_GUARD, "ok") != "ok":
+        _log(mlflow_client, parent["run_id"], tags={TAG_GUARD: f"iteration {iteration} {child_tags[TAG_GUARD]}"})
+
+
+def log_gold(run_json, iteration: int, gold_paths: list[str]) -> None:
+    """`rewardloop rescore`: gold/<name>/... of rescore JSONs into a tracked run, as rule track_monitors logs them."""
+    points = [p for path in gold_paths for p in _gold_points(path, iteration)]
+    _log_to_parent_and_child(_parent(run_json), iteration, points, {})
+
+
+def _gold_points(path, iteration: int) -> list:
+    values = json.loads(Path(path).read_text())
+    return [(k, float(v), _mtime_ms(path), iteration) for k, v in values.items() if k.startswith("gold/")]
+
+
+def track_monitors(run_json, iteration: int, health_path, gold_paths: list[str], verdict_path, marker_path) -> dict:
+    """Rule track_monitors: a folder's health and gold rewards into the parent run (and the iteration's
+    child run), the guard's verdict as tag ``rewardloop.guard`` (on the parent: the last breach)."""
+
+    def log(marker: dict) -> None:
+        parent = _parent(run_json)
+        marker.update(tracking_uri=parent["tracking_uri"], parent_run_id=parent["run_id"])
+        points = monitor_points(iteration, health_path, gold_paths)
+        tags = {TAG_GUARD: guard_tag(verdict_path)} if verdict_path else {}
+        _log_to_parent_and_child(parent, iteration, points, tags)
+        marker.update(metrics=sorted({p[0] for p in points}), tags=tags)
+        print(f"tracking: monitors of {'the base model' if iteration < 0 else f'iteration {iteration}'}: "
+              f"{len(points)} values{', guard ' + tags[TAG_GUARD] if tags else ''}", flush=True)
+
+    return _marked({"status": "ok", "iteration": iteration}, marker_path, log)
+
+
+def _marked(marker: dict, marker_path, log: Callable[[dict], None]) -> dict:
+    """Run ``log(marker)``; write the marker (``seconds`` added), or the skipped/failed one, never raising."""
+    started = time.perf_counter()
+    try:
+        log(marker)
+    except Skipped as exc:
+        return _skipped(marker, exc, marker_path, started)
+    except Exception as exc:
+        return _failure(marker, exc, marker_path, started, answered=True)
+    marker["seconds"] = round(time.perf_counter() - started, 3)
     write_json(marker, marker_path)
     return marker
 

@@ -14,10 +14,11 @@ from rewardloop.runtime.sharding import shard_rows
 from rewardloop.stages.common import rollout, timed, to_arrow, torch_setup, write_metrics
 
 
-def sampler_settings(generate_cfg, steps=None, eta=None) -> SamplerSettings:
+def sampler_settings(generate_cfg, steps=None, eta=None, guidance_scale=None) -> SamplerSettings:
+    """The sampler of ``generate``, with eval's steps, eta or guidance where given (None: generate's)."""
     return SamplerSettings(
         steps=steps or generate_cfg["steps"],
-        guidance_scale=generate_cfg["guidance_scale"],
+        guidance_scale=generate_cfg["guidance_scale"] if guidance_scale is None else guidance_scale,
         eta=generate_cfg["eta"] if eta is None else eta,
         resolution=generate_cfg["resolution"],
         scheduler=generate_cfg["scheduler"],

@@ -1,0 +1,70 @@
+# An experiments fan-out (`experiments:` × `seeds:` in the config): every variant × seed is a module
+# of rules/run.smk writing results/<experiment>/seed_<s>/ (its rules' names prefixed <experiment>_seed<s>_).
+# The model build and the base model's eval run once, here, in results/base/; the runs copy that eval
+# in (rule share_base). Then one comparison of them all: results/report/compare.csv and its figure.
+
+from rewardloop.experiments import plan_runs
+
+# Each variant's overlay merged over the config as given, validated, and checked to change nothing
+# the shared build or base eval reads (src/rewardloop/experiments.py).
+RUNS = plan_runs(GIVEN_CONFIG, config)
+RUN_FOLDERS = [run.folder for run in RUNS]
+for run in RUNS:
+    check_existing_iterations(run.config, run.folder)
+
+
+include: "common.smk"
+include: "model.smk"
+include: "base.smk"
+
+
+# A profile's set-resources/set-threads name one run's rules (train, generate_shard, ...): the runs'
+# prefixed rules get the same (src/rewardloop/runtime/resources.py).
+job_gpus.extend_rule_settings(workflow.resource_settings, [run.module for run in RUNS])
+
+for run in RUNS:
+    run_module = run.module
+
+    module:
+        name: run_module
+        snakefile: "run.smk"
+        config: run.config
+
+    use rule * from run_module as run_module*
+
+
+# What `rewardloop compare` reads of every run (and the shared base eval).
+COMPARISON_INPUTS = [f"{RESULTS}/base/metrics/{name}.json" for name in ("eval", *GUIDANCE_EVAL_CFG)] + [
+    f"{run.folder}/iter_{it:03d}/metrics/{stage}.json" for run in RUNS for it in range(run.config["iterations"])
+    for stage in ("generate", "train", "eval", *GUIDANCE_EVAL_CFG)]
+
+
+rule compare_experiments:
+    localrule: True
+    input:
+        COMPARISON_INPUTS,
+    output:
+        table=f"{REPORT_DIR}/compare.csv",
+        figure=report(
+            f"{REPORT_DIR}/experiments.png",
+            caption="../report/experiments.rst",
+            category="experiments",
+            labels={"figure": "eval reward per experiment (mean and 95% interval over seeds)"},
+        ),
+    log:
+        f"{RESULTS}/logs/report/compare_experiments.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/report/compare_experiments.tsv"
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    conda:
+        "../envs/rewardloop.yaml"
+    script:
+        "../scripts/compare_experiments.py"
+
+
+# What the Snakefile's rule all asks for: every run's targets, then the comparison.
+FANOUT_TARGETS = [path for run in RUNS for path in rules.__getattr__(f"{run.module}targets").input]
+FANOUT_TARGETS += [f"{REPORT_DIR}/compare.csv", f"{REPORT_DIR}/experiments.png"]
