@@ -276,6 +276,16 @@ def folder_images(wildcards):
     return tables
 
 
+def rescore_shard_outputs(suffix):
+    """An input function: a gold reward's rescore shards of a folder (score.shards), in order."""
+
+    def inputs(wildcards):
+        return [f"{RESULTS}/{wildcards.folder}/shards/rescore_{k:02d}/{wildcards.gold}.{suffix}"
+                for k in range(config["score"]["shards"])]
+
+    return inputs
+
+
 def rescore_config(wildcards):
     """One gold reward (and its checkpoint's fingerprint) and the scoring batch size."""
     one = {"gold_rewards": {wildcards.gold: GOLD_REWARDS[wildcards.gold]}, "score": config["score"]}

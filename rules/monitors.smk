@@ -9,26 +9,78 @@ wildcard_constraints:
     gold=r"[A-Za-z0-9_]+",
 
 
-rule rescore:
-    input:
-        unpack(folder_images),
-    output:
-        table=f"{RESULTS}/{{folder}}/rescore/{{gold}}.parquet",
-        metrics=f"{RESULTS}/{{folder}}/rescore/{{gold}}.json",
-    params:
-        cfg=rescore_config,
-        iteration=folder_iteration,
-    log:
-        f"{RESULTS}/logs/{{folder}}/rescore_{{gold}}.log",
-    benchmark:
-        f"{RESULTS}/benchmarks/{{folder}}/rescore_{{gold}}.tsv"
-    threads: config["resources"]["threads"]
-    resources:
-        **job_resources(gpu=job_gpus.score_gpus(config)),
-    conda:
-        "../envs/rewardloop.yaml"
-    script:
-        "../scripts/rescore.py"
+# With score.shards > 1, rescore_shard jobs each score a run of whole batches of the folder's images
+# (rollouts, then eval images) and rule rescore gathers them, as for scoring (rules/score.smk).
+if config["score"]["shards"] == 1:
+
+    rule rescore:
+        input:
+            unpack(folder_images),
+        output:
+            table=f"{RESULTS}/{{folder}}/rescore/{{gold}}.parquet",
+            metrics=f"{RESULTS}/{{folder}}/rescore/{{gold}}.json",
+        params:
+            cfg=rescore_config,
+            iteration=folder_iteration,
+        log:
+            f"{RESULTS}/logs/{{folder}}/rescore_{{gold}}.log",
+        benchmark:
+            f"{RESULTS}/benchmarks/{{folder}}/rescore_{{gold}}.tsv"
+        threads: config["resources"]["threads"]
+        resources:
+            **job_resources(gpu=job_gpus.score_gpus(config)),
+        conda:
+            "../envs/rewardloop.yaml"
+        script:
+            "../scripts/rescore.py"
+
+else:
+
+    rule rescore_shard:
+        input:
+            unpack(folder_images),
+        output:
+            table=f"{RESULTS}/{{folder}}/shards/rescore_{{shard}}/{{gold}}.parquet",
+            metrics=f"{RESULTS}/{{folder}}/shards/rescore_{{shard}}/{{gold}}.json",
+        params:
+            cfg=rescore_config,
+            iteration=folder_iteration,
+            shard=shard_index,
+            shards=config["score"]["shards"],
+        log:
+            f"{RESULTS}/logs/{{folder}}/rescore_{{gold}}_{{shard}}.log",
+        benchmark:
+            f"{RESULTS}/benchmarks/{{folder}}/rescore_{{gold}}_{{shard}}.tsv"
+        threads: config["resources"]["threads"]
+        resources:
+            **job_resources(gpu=job_gpus.score_gpus(config)),
+        conda:
+            "../envs/rewardloop.yaml"
+        script:
+            "../scripts/rescore.py"
+
+    rule rescore:
+        localrule: True
+        input:
+            tables=rescore_shard_outputs("parquet"),
+            metrics=rescore_shard_outputs("json"),
+        output:
+            table=f"{RESULTS}/{{folder}}/rescore/{{gold}}.parquet",
+            metrics=f"{RESULTS}/{{folder}}/rescore/{{gold}}.json",
+        params:
+            cfg=rescore_config,
+        log:
+            f"{RESULTS}/logs/{{folder}}/rescore_{{gold}}.log",
+        benchmark:
+            f"{RESULTS}/benchmarks/{{folder}}/rescore_{{gold}}.tsv"
+        threads: 1
+        resources:
+            mem_mb=config["resources"]["mem_mb"],
+            runtime=10,
+        conda:
+            "../envs/rewardloop.yaml"
+        script:
+            "../scripts/gather_rescore.py"
 
 
 rule health:

@@ -1,4 +1,5 @@
-"""Snakemake entry point of rule rescore: one folder's archived images scored with one gold reward."""
+"""Snakemake entry point of rules rescore and rescore_shard: one folder's archived images (or one run of
+their batches, with score.shards > 1) scored with one gold reward."""
 from rewardloop.runtime.snakemake_job import job
 
 with job(snakemake):  # noqa: F821
@@ -10,4 +11,6 @@ with job(snakemake):  # noqa: F821
         snakemake.params.iteration,
         snakemake.output.table,
         snakemake.output.metrics,
+        shard=snakemake.params.get("shard", 0),
+        shards=snakemake.params.get("shards", 1),
     )

@@ -22,6 +22,9 @@ def test_shards_are_runs_of_whole_batches():
         shard_rows(18, 4, 6, 0, key="generate.shards")
 
 
+GOLD = "rescore/jpeg_compressibility"  # a gold reward's rescoring of the base model's eval images, sharded like scoring
+
+
 def run_scores(tmp_path, tiny_model, name, generate_shards, score_shards):
     work = tmp_path / name
     work.mkdir()
@@ -29,9 +32,9 @@ def run_scores(tmp_path, tiny_model, name, generate_shards, score_shards):
         tiny_model, iterations=1, tracking={"enabled": False},
         generate={"prompts_per_iteration": 4, "images_per_prompt": 2, "steps": 2, "batch_size": 2,
                   "shards": generate_shards},
-        score={"batch_size": 2, "shards": score_shards},
+        score={"batch_size": 2, "shards": score_shards}, gold_rewards={"jpeg_compressibility": 1.0},
     ))
-    snakemake(work, "results/iter_000/scores.parquet")
+    snakemake(work, "results/iter_000/scores.parquet", f"results/base/{GOLD}.parquet")
     return work / "results/iter_000"
 
 
@@ -53,6 +56,14 @@ def test_sharded_rollout_and_scoring_equal_the_unsharded_run(tmp_path, tiny_mode
     assert metrics_a["rollout/reward/raw_mean"] == metrics_b["rollout/reward/raw_mean"]
     generated = json.loads((sharded / "metrics/generate.json").read_text())
     assert (generated["samples"], generated["prompts"], generated["shards"]) == (8, 4, 3)
+    whole_base, sharded_base = whole.parent / "base", sharded.parent / "base"
+    assert sorted(p.name for p in (sharded_base / "shards").iterdir()) == ["rescore_00", "rescore_01"]
+    assert not (whole_base / "shards").exists()
+    a, b = pq.read_table(whole_base / f"{GOLD}.parquet"), pq.read_table(sharded_base / f"{GOLD}.parquet")
+    assert a.num_rows == len(pq.read_table(whole_base / "eval.parquet")) > 2 and a.equals(b)
+    gold_a, gold_b = (json.loads((d / f"{GOLD}.json").read_text()) for d in (whole_base, sharded_base))
+    assert gold_b["shards"] == 2 and gold_a["gold/jpeg_compressibility/mean"] == pytest.approx(
+        gold_b["gold/jpeg_compressibility/mean"], abs=1e-12)
 
 
 def run_grpo_rollouts(tmp_path, model, family, name, shards):
