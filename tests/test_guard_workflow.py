@@ -122,13 +122,15 @@ def test_rewardloop_rescore_adds_the_files_without_touching_anything_else(finish
 
 
 HACK = {
-    # DPO on JPEG compressibility at a learning rate 2000x the recipe's: in one iteration the images
-    # collapse (measured: diversity within a prompt 0.227 -> 0.084, high-frequency energy x4) while
-    # the trained reward climbs (-1.070 -> -1.058).
+    # DPO on JPEG compressibility at a learning rate 1000x the recipe's: in one iteration the images
+    # collapse (measured: diversity within a prompt 0.227 -> 0.087, high-frequency energy x4) while
+    # the trained reward climbs (-1.070 -> -1.061). At 2000x (0.5) iteration 1, training on the
+    # collapsed model's near-identical pairs, once went to a NaN loss (CI): too close to the edge.
     "rewards": {"color_match": None, "jpeg_compressibility": 1.0},
     "gold_rewards": {"color_match": 1.0},
     "generate": {"prompts_per_iteration": 8, "images_per_prompt": 4},
-    "train": {"steps": 20, "learning_rate": 0.5, "max_grad_norm": 100.0, "lora": {"rank": 16, "alpha": 16}},
+    "train": {"steps": 20, "learning_rate": 0.25, "max_grad_norm": 100.0,
+              "lora": {"rank": 16, "alpha": 16}},
     "eval": {"seeds": [0, 1]},
     "guard": {"stop": True},
     "tracking": {"enabled": False},
