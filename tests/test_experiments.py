@@ -465,3 +465,45 @@ def test_the_shipped_comparison_plans_six_objectives_times_three_seeds(monkeypat
     fast = yaml.safe_load((ROOT / "configs/tiny_sd3_grpo_fast.yaml").read_text())["generate"]["sde"]
     assert {k: by_name["grpo_fast"]["generate"]["sde"][k] for k in fast} == fast
     assert by_name["grpo_guard"]["train"]["grpo"]["guard"] is True and by_name["grpo"]["train"]["grpo"]["guard"] is False
+
+
+def flat(section: dict, prefix: str = "") -> dict:
+    """``{"a.b": value}`` of a nested mapping."""
+    out = {}
+    for key, value in section.items():
+        if isinstance(value, dict):
+            out.update(flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def test_the_tuning_screen_varies_one_setting_around_the_comparisons_values(monkeypatch):
+    """configs/tiny_sd3_tune.yaml: each baseline variant is the comparison's variant of that name (on
+    3 iterations of seed 0), and each other variant changes only what its name says of one baseline."""
+    from rewardloop.smoke.overlay import recipe_config
+
+    monkeypatch.chdir(ROOT)
+    tune = {r.experiment: r.config for r in plan(recipe_config(ROOT / "configs/tiny_sd3_tune.yaml"))}
+    shipped = {r.experiment: r.config for r in plan(recipe_config(ROOT / "configs/tiny_sd3_compare.yaml"))
+               if r.seed == 0}
+    assert {c["iterations"] for c in tune.values()} == {3} and {c["seed"] for c in tune.values()} == {0}
+    def runs(config: dict) -> dict:  # what a run's jobs read, flattened
+        return flat({k: config[k] for k in ("model", "generate", "rewards", "advantages", "pairs", "train", "eval")})
+
+    for name in ("grpo", "grpo_fast", "nft", "awm", "dpo"):
+        assert runs(tune[name]) == runs(shipped[name]), name
+    changed = {
+        "grpo_lr_high": ("grpo", {"train.learning_rate": 1e-3}),
+        "grpo_noise1": ("grpo", {"generate.sde.noise_level": 1.0}),
+        "grpo_group16": ("grpo", {"generate.prompts_per_iteration": 12, "generate.images_per_prompt": 16}),
+        "grpo_fast_window4": ("grpo_fast", {"generate.sde.num_sde_steps": 4}),
+        "grpo_fast_lr_high": ("grpo_fast", {"train.learning_rate": 1e-3}),
+        "nft_lr_high": ("nft", {"train.learning_rate": 1e-3}),
+        "awm_lr_high": ("awm", {"train.learning_rate": 1e-3}),
+        "dpo_lr_low": ("dpo", {"train.learning_rate": 1e-4}),
+    }
+    assert set(tune) == set(changed) | {"grpo", "grpo_fast", "nft", "awm", "dpo"}
+    for name, (baseline, difference) in changed.items():
+        variant, base = runs(tune[name]), runs(tune[baseline])
+        assert {k: v for k, v in variant.items() if base.get(k) != v} == difference, name
