@@ -51,6 +51,8 @@ rule compare_experiments:
             category="experiments",
             labels={"figure": "eval reward per experiment (mean and 95% interval over seeds)"},
         ),
+    params:
+        runs={name: [run.seed for run in RUNS if run.experiment == name] for name in dict.fromkeys(r.experiment for r in RUNS)},
     log:
         f"{RESULTS}/logs/report/compare_experiments.log",
     benchmark:

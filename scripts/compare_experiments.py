@@ -7,7 +7,8 @@ with job(snakemake):  # noqa: F821
     from rewardloop.artifacts import atomic_path
     from rewardloop.compare import format_csv, plot, rows
 
-    table = rows(Path(snakemake.output.table).parents[1])  # results/report/compare.csv: the fan-out's results/
+    # results/report/compare.csv: the fan-out's results/, the config's runs alone
+    table = rows(Path(snakemake.output.table).parents[1], only=snakemake.params.runs)
     with atomic_path(snakemake.output.table) as tmp:
         tmp.write_text(format_csv(table))
     plot(table, snakemake.output.figure)

@@ -174,6 +174,19 @@ def test_compare_rows_from_hand_made_runs(tmp_path):
     assert text.splitlines()[0].split() == compare.COLUMNS and "1.4000" in text and "+0.4000" in text
 
 
+def test_compare_of_the_configs_runs_leaves_out_other_folders(tmp_path):
+    """The workflow's comparison reads the config's runs only: an experiment or a seed removed from the
+    config keeps its folder, but not its rows."""
+    (tmp_path / "base/metrics").mkdir(parents=True)
+    (tmp_path / "base/metrics/eval.json").write_text(json.dumps({"eval/reward/mean": 1.0}))
+    for folder, value in (("a/seed_0", 1.2), ("a/seed_1", 1.4), ("old/seed_0", 9.0)):
+        _write_run(tmp_path / folder, [value], samples=10, train_s=1.0, other_s=1.0)
+    assert {r["experiment"] for r in compare.rows(tmp_path)} == {"a", "old"}
+    table = compare.rows(tmp_path, only={"a": [0]})
+    assert [(r["experiment"], r["iteration"], r["seeds"]) for r in table] == [("a", -1, 1), ("a", 0, 1)]
+    assert table[1]["eval_mean"] == pytest.approx(1.2)
+
+
 def test_compare_has_columns_for_each_further_eval_guidance(tmp_path):
     (tmp_path / "base/metrics").mkdir(parents=True)
     (tmp_path / "base/metrics/eval.json").write_text(json.dumps({"eval/reward/mean": 1.0}))
@@ -441,9 +454,10 @@ def test_parallel_tracking_jobs_may_create_one_new_sqlite_store(tmp_path):
     assert [out.strip().splitlines()[-1] for out, _ in outputs] == ["1"] * 4  # the Default experiment
 
 
-def test_the_shipped_comparison_plans_six_objectives_times_three_seeds(monkeypatch):
+def test_the_shipped_comparison_plans_seven_variants_times_three_seeds(monkeypatch):
     """configs/tiny_sd3_compare.yaml (issue 16's protocol): every variant validates, shares the base,
-    and runs its own recipe's objective with that recipe's options."""
+    and runs its own recipe's objective with that recipe's options; grpo_group16 is grpo with groups of
+    16 on the same rollout budget."""
     import yaml
 
     from rewardloop.smoke.overlay import recipe_config
@@ -452,8 +466,12 @@ def test_the_shipped_comparison_plans_six_objectives_times_three_seeds(monkeypat
     config = recipe_config(ROOT / "configs/tiny_sd3_compare.yaml")
     runs = plan(config)
     assert [(r.experiment, r.seed) for r in runs] == [
-        (name, seed) for name in ("grpo", "grpo_guard", "grpo_fast", "nft", "awm", "dpo") for seed in (0, 1, 2)]
-    assert {r.config["iterations"] for r in runs} == {5} and {r.config["generate"]["images_per_prompt"] for r in runs} == {8}
+        (name, seed) for name in ("grpo", "grpo_guard", "grpo_fast", "nft", "awm", "dpo", "grpo_group16")
+        for seed in (0, 1, 2)]
+    assert {r.config["iterations"] for r in runs} == {5}
+    budget = {r.experiment: (r.config["generate"]["prompts_per_iteration"], r.config["generate"]["images_per_prompt"])
+              for r in runs}
+    assert budget == {**{name: (24, 8) for name in budget}, "grpo_group16": (12, 16)}
     by_name = {r.experiment: r.config for r in runs}
     for name, recipe in (("nft", "tiny_sd3_nft"), ("awm", "tiny_sd3_awm"), ("dpo", "tiny_sd3_dpo"),
                          ("grpo", "tiny_sd3_grpo")):
@@ -491,7 +509,7 @@ def test_the_tuning_screen_varies_one_setting_around_the_comparisons_values(monk
     def runs(config: dict) -> dict:  # what a run's jobs read, flattened
         return flat({k: config[k] for k in ("model", "generate", "rewards", "advantages", "pairs", "train", "eval")})
 
-    for name in ("grpo", "grpo_fast", "nft", "awm", "dpo"):
+    for name in ("grpo", "grpo_fast", "nft", "awm", "dpo", "grpo_group16"):  # (the comparison took grpo_group16 in)
         assert runs(tune[name]) == runs(shipped[name]), name
     changed = {
         "grpo_lr_high": ("grpo", {"train.learning_rate": 1e-3}),

@@ -21,6 +21,7 @@ import math
 import re
 from pathlib import Path
 from statistics import mean, stdev
+from typing import Iterable, Mapping
 
 from rewardloop.artifacts import benchmark_seconds
 from rewardloop.text_tables import add_table_command, aligned, csv_text
@@ -49,15 +50,17 @@ def ci95(values: list[float]) -> float | None:
     return float(t.ppf(0.975, len(values) - 1) * stdev(values) / math.sqrt(len(values)))
 
 
-def find_runs(results) -> dict[str, dict[int, Path]]:
-    """{experiment: {seed: run folder}} of a fan-out's results folder, experiments and seeds sorted."""
+def find_runs(results, only: Mapping[str, Iterable[int]] | None = None) -> dict[str, dict[int, Path]]:
+    """{experiment: {seed: run folder}} of a fan-out's results folder, experiments and seeds sorted.
+    ``only`` ({experiment: seeds}): those runs alone (the workflow's config; a folder left from an
+    experiment or seed since removed from it is not compared)."""
     results = Path(results)
     if not results.is_dir():
         raise FileNotFoundError(f"{results}: not a folder")
     runs: dict[str, dict[int, Path]] = {}
     for folder in sorted(results.glob("*/seed_*")):
         m = re.fullmatch(r"seed_(\d+)", folder.name)
-        if m and folder.is_dir():
+        if m and folder.is_dir() and (only is None or int(m.group(1)) in only.get(folder.parent.name, ())):
             runs.setdefault(folder.parent.name, {})[int(m.group(1))] = folder
     if not runs:
         raise FileNotFoundError(f"{results}: no <experiment>/seed_<s>/ folders (is it an experiments fan-out's "
@@ -122,11 +125,12 @@ def _row(experiment: str, iteration: int, seeds: int, evals: list[float], base: 
     return row
 
 
-def rows(results) -> list[dict]:
+def rows(results, only: Mapping[str, Iterable[int]] | None = None) -> list[dict]:
     """The comparison rows: per experiment, the base model (iteration -1) then every iteration that all
-    of its seeds have finished (a seed that is behind would bias the mean toward the others)."""
+    of its seeds have finished (a seed that is behind would bias the mean toward the others).
+    ``only``: as for :func:`find_runs`."""
     results = Path(results)
-    runs = find_runs(results)
+    runs = find_runs(results, only)
     base = _json(results / "base" / "metrics" / "eval.json").get("eval/reward/mean")
     names = guidance_eval_names(results)
     base_guidance = _guidance_means(results / "base", names)
