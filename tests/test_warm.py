@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -122,6 +123,27 @@ def test_a_job_whose_environment_differs_runs_in_its_own_process_and_only_the_na
     assert seen["pid"] == process.pid and seen["preloaded"] is False
     assert "warm worker not used" in err and "REWARDLOOP_PROBE_SECRET" in err
     assert "hunter2-value" not in err
+
+
+def test_a_refusal_sent_before_the_job_process_runs_its_next_line_is_read(monkeypatch):
+    """On a loaded machine the worker can read the whole request, refuse it and close the connection
+    before the job process goes on after its send: the job must still read the reason (an empty
+    send on the closed socket made it a "Broken pipe" once, in CI). The worker's own request handler
+    answers on the other end of a socket pair, right after the job's send."""
+    job_side, worker_side = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    job_side.settimeout(30)
+    real_send_fds = socket.send_fds
+
+    def send_and_let_the_worker_answer_and_close(sock, buffers, fds):
+        sent = real_send_fds(sock, buffers, fds)
+        warm._answer(worker_side, None, {**os.environ, "ONLY_IN_THE_WORKER": "1"}, {})
+        worker_side.close()
+        return sent
+
+    monkeypatch.setattr(socket, "send_fds", send_and_let_the_worker_answer_and_close)
+    reason = "environment differs from the worker.s in ONLY_IN_THE_WORKER$"
+    with job_side, pytest.raises(warm._Refused, match=reason):
+        warm._run_remotely(job_side)
 
 
 def test_without_a_reachable_worker_the_job_runs_in_its_own_process(probe, tmp_path):

@@ -121,7 +121,8 @@ def _run_remotely(conn: socket.socket) -> int:
     replies = conn.makefile("r", encoding="utf-8")
     try:
         sent = socket.send_fds(conn, [message], [0, 1, 2])
-        conn.sendall(message[sent:])
+        if sent < len(message):  # an empty send on a socket the worker has answered and closed is EPIPE
+            conn.sendall(message[sent:])
         conn.settimeout(FIRST_REPLY_TIMEOUT_S)  # it waits while the worker still imports, at the run's start
         first = replies.readline()
     except TimeoutError:
