@@ -128,7 +128,7 @@ def test_a_job_whose_environment_differs_runs_in_its_own_process_and_only_the_na
 def test_a_refusal_sent_before_the_job_process_runs_its_next_line_is_read(monkeypatch):
     """On a loaded machine the worker can read the whole request, refuse it and close the connection
     before the job process goes on after its send: the job must still read the reason (an empty
-    send on the closed socket made it a "Broken pipe" once, in CI). The worker's own request handler
+    send on the closed socket made it a "Broken pipe" once, in a CI rehearsal). The worker's own request handler
     answers on the other end of a socket pair, right after the job's send."""
     job_side, worker_side = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     job_side.settimeout(30)
