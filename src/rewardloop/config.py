@@ -119,31 +119,42 @@ def complete(config: dict) -> dict:
 _BOOLEANS = {"true": True, "false": False}
 
 
-def _typed_command_line_values(config: dict, schema: Mapping) -> None:
-    """Snakemake reads a nested ``--config 'guard={stop: false}'`` with YAML's BaseLoader, so every
-    value in it is a string: give the booleans, numbers and nulls among them the type the schema
-    declares for their key (``--config iterations=5`` and top-level values are typed by Snakemake)."""
-    properties = schema.get("properties") or {}
-    for key, value in list(config.items()):
-        spec = properties.get(key)
-        if not isinstance(spec, Mapping):
-            continue
-        types = spec.get("type", [])
-        types = [types] if isinstance(types, str) else types
-        if isinstance(value, dict):
-            _typed_command_line_values(value, spec)
-        elif isinstance(value, str):
-            if "boolean" in types and value.lower() in _BOOLEANS:
-                config[key] = _BOOLEANS[value.lower()]
-            elif "null" in types and value in ("null", "~"):
-                config[key] = None
-            elif "integer" in types and re.fullmatch(r"[+-]?\d+", value):
-                config[key] = int(value)
-            elif "number" in types:
-                try:
-                    config[key] = float(value)
-                except ValueError:
-                    pass
+def _typed_command_line_values(value: Any, schema: Mapping) -> Any:
+    """``value`` with the type its ``schema`` declares, for the strings of ``--config``: Snakemake reads a
+    list (``seeds=[0,1]``) or a nested mapping (``'eval={seeds: [0, 1]}'``) with YAML's BaseLoader, so
+    every item in it is a string. Booleans, numbers and nulls among them are typed, in mappings (in
+    place) and lists at any depth; a string stays one where the schema takes no other type."""
+    alternatives = [schema, *schema.get("oneOf", ()), *schema.get("anyOf", ())]  # a reward: weight or mapping
+    if isinstance(value, dict):
+        properties = {k: v for s in alternatives for k, v in (s.get("properties") or {}).items()}
+        extra = schema.get("additionalProperties")
+        for key, item in value.items():
+            spec = properties.get(key, extra)
+            if isinstance(spec, Mapping):
+                value[key] = _typed_command_line_values(item, spec)
+        return value
+    if isinstance(value, list):
+        items = schema.get("items")
+        return [_typed_command_line_values(item, items) for item in value] if isinstance(items, Mapping) else value
+    if not isinstance(value, str):
+        return value
+    types = {t for s in alternatives for t in _as_list(s.get("type", []))}
+    if "boolean" in types and value.lower() in _BOOLEANS:
+        return _BOOLEANS[value.lower()]
+    if "null" in types and value in ("null", "~"):
+        return None
+    if "integer" in types and re.fullmatch(r"[+-]?\d+", value):
+        return int(value)
+    if "number" in types:
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    return value
+
+
+def _as_list(value) -> list:
+    return [value] if isinstance(value, str) else list(value)
 
 
 def _objective_names() -> list[str]:
@@ -256,6 +267,9 @@ def check_semantics(config: dict) -> None:
         if key == "train":
             check_shards(config, len(prompts.select_prompts(loaded, config["generate"]["prompts_per_iteration"],
                                                             config["seed"], 0)))
+    overlap = prompt_overlap(config) if config["prompts"]["overlap"] == "error" else None
+    if overlap:
+        raise ConfigError(f"{overlap} (prompts.overlap: error)")
     if config["prompts"]["too_long"] == "error":
         from rewardloop.models.prompt_lengths import long_prompts
 
@@ -267,12 +281,36 @@ def check_semantics(config: dict) -> None:
 
 
 def startup_warnings(config: Mapping) -> list[str]:
-    """What a valid config should still tell the user at startup: prompts a text encoder will cut."""
-    if config["prompts"]["too_long"] != "warn":
-        return []
-    from rewardloop.models.prompt_lengths import long_prompts, warning_lines
+    """What a valid config should still tell the user at startup: eval prompts that are also train
+    prompts, prompts a text encoder will cut."""
+    lines = []
+    overlap = prompt_overlap(config) if config["prompts"]["overlap"] == "warn" else None
+    if overlap:
+        lines.append(f"rewardloop: {overlap} (prompts.overlap: error stops instead)")
+    if config["prompts"]["too_long"] == "warn":
+        from rewardloop.models.prompt_lengths import long_prompts, warning_lines
 
-    return warning_lines(long_prompts(config))
+        lines.extend(warning_lines(long_prompts(config)))
+    return lines
+
+
+# prompts.overlap's message names this many of the shared prompts (then counts the rest).
+OVERLAP_IDS = 5
+
+
+def prompt_overlap(config: Mapping) -> str | None:
+    """Which eval prompts are also train prompts (so the eval does not hold them out), or None."""
+    from rewardloop import prompts
+
+    paths = config["prompts"]
+    train, held_out = (prompts.load_prompts(paths[key], key=f"prompts.{key}") for key in ("train", "eval"))
+    shared = prompts.shared_prompts(train, held_out)
+    if not shared:
+        return None
+    named = ", ".join(f"{eval_id} (= train {train_id})" for eval_id, train_id in shared[:OVERLAP_IDS])
+    more = f" and {len(shared) - OVERLAP_IDS} more" if len(shared) > OVERLAP_IDS else ""
+    return (f"prompts.eval ({paths['eval']}): {len(shared)} of its {len(held_out)} prompts are also in prompts.train "
+            f"({paths['train']}): {named}{more}; the eval does not hold them out")
 
 
 def check_existing_iterations(config: Mapping, results: str | Path = "results") -> None:

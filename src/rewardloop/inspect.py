@@ -9,6 +9,9 @@ from rewardloop.artifacts import TEMP_PREFIX, ArtifactError, read_provenance, re
 
 STAT_COLUMNS = ("reward", "margin", "advantage")
 SUFFIXES = (".parquet", ".safetensors", ".json")
+# A JSON file above this size is not read (metrics and adapter files are kilobytes; `rewardloop inspect`
+# shows only a JSON's first 4000 characters anyway).
+MAX_JSON_BYTES = 64 * 2**20
 
 
 def describe(path: str | Path) -> str:
@@ -24,8 +27,19 @@ def describe(path: str | Path) -> str:
     if path.suffix == ".safetensors":
         return _describe_tensors(path)
     if path.suffix == ".json":
-        return f"{path}\n" + json.dumps(json.loads(path.read_text()), indent=2)[:4000]
+        return _describe_json(path)
     raise ArtifactError(f"{path}: unknown artifact type (expected .parquet, .safetensors, .json or a folder)")
+
+
+def _describe_json(path: Path) -> str:
+    size = path.stat().st_size
+    if size > MAX_JSON_BYTES:
+        return f"{path}: JSON, {size / 2**20:.1f} MiB, too large to summarise (limit {MAX_JSON_BYTES // 2**20} MiB)"
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:  # the decode error says line and column
+        raise ArtifactError(f"{path}: not valid JSON ({exc})") from exc
+    return f"{path}\n" + json.dumps(value, indent=2)[:4000]
 
 
 def _describe_table(path: Path) -> str:

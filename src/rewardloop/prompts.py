@@ -46,6 +46,19 @@ def load_prompts(path: str | Path, key: str = "prompts") -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["prompt_id", "prompt"])
 
 
+def shared_prompts(train: pd.DataFrame, held_out: pd.DataFrame) -> list[tuple[str, str]]:
+    """``(held-out id, train id)`` of each held-out prompt that is also a train prompt, in the held-out
+    file's order; prompts compare ignoring case and runs of spaces (as a tokenizer reads them)."""
+    def text(prompt: str) -> str:
+        return " ".join(prompt.split()).casefold()
+
+    train_ids: dict[str, str] = {}
+    for prompt_id, prompt in zip(train.prompt_id, train.prompt):
+        train_ids.setdefault(text(prompt), prompt_id)
+    return [(prompt_id, train_ids[text(prompt)]) for prompt_id, prompt in zip(held_out.prompt_id, held_out.prompt)
+            if text(prompt) in train_ids]
+
+
 def check_id(prompt_id: str) -> str | None:
     """Why ``prompt_id`` cannot name samples and tensor keys, or None when it can."""
     if not prompt_id.strip():

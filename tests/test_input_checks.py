@@ -1,0 +1,81 @@
+"""Small input checks: repeated eval seeds, eval prompts that are also train prompts (prompts.overlap),
+and `rewardloop inspect` on a malformed or a huge JSON file."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from rewardloop import cli
+from rewardloop import config as cfgmod
+from rewardloop.config import ConfigError, startup_warnings
+from rewardloop.inspect import MAX_JSON_BYTES, describe
+from workflow_helpers import ROOT
+
+
+def default_config(**sections) -> dict:
+    """config.yaml with the repository's prompt files and ``sections`` deep-merged over it."""
+    given = yaml.safe_load((ROOT / "config.yaml").read_text())
+    given["prompts"] = {key: str(ROOT / f"resources/prompts/{key}.txt") for key in ("train", "eval")}
+    return cfgmod.deep_merge(given, sections)
+
+
+def test_a_repeated_eval_seed_is_refused():
+    """The same seed twice would sample, and score, the same eval image twice."""
+    with pytest.raises(ConfigError, match=r"eval\.seeds: \[0, 1, 0\] has non-unique elements"):
+        cfgmod.validate(default_config(eval={"seeds": [0, 1, 0]}))
+
+
+# --- eval prompts that are also train prompts -----------------------------------------------------------
+
+TRAIN = [f"a red circle on a {colour} background" for colour in ("blue", "green", "white", "black", "yellow", "purple")]
+
+
+@pytest.fixture
+def overlapping(tmp_path) -> dict:
+    """Six train prompts; an eval file holding all six (in other case and spacing) and one more."""
+    (tmp_path / "train.txt").write_text("\n".join(TRAIN) + "\n")
+    held_out = ["a blue square on a red background", *(p.upper().replace(" ", "  ") for p in reversed(TRAIN))]
+    (tmp_path / "eval.txt").write_text("\n".join(held_out) + "\n")
+    return {"train": str(tmp_path / "train.txt"), "eval": str(tmp_path / "eval.txt")}
+
+
+def test_eval_prompts_that_are_train_prompts_are_named_at_startup(overlapping):
+    lines = startup_warnings(cfgmod.validate(default_config(prompts=overlapping)))
+    assert lines == [f"rewardloop: prompts.eval ({overlapping['eval']}): 6 of its 7 prompts are also in prompts.train "
+                     f"({overlapping['train']}): p00002 (= train p00006), p00003 (= train p00005), "
+                     "p00004 (= train p00004), p00005 (= train p00003), p00006 (= train p00002) and 1 more; "
+                     "the eval does not hold them out (prompts.overlap: error stops instead)"]
+
+
+def test_prompts_overlap_error_stops_before_any_job(overlapping):
+    with pytest.raises(ConfigError, match=r"^prompts\.eval \(.*eval\.txt\): 6 of its 7 prompts are also in "
+                                          r"prompts\.train .* \(prompts\.overlap: error\)$"):
+        cfgmod.validate(default_config(prompts={**overlapping, "overlap": "error"}))
+
+
+def test_held_out_prompts_pass_quietly():
+    config = cfgmod.validate(default_config(prompts={"overlap": "error"}))  # the shipped files are disjoint
+    assert startup_warnings(config) == []
+
+
+# --- rewardloop inspect on JSON ------------------------------------------------------------------------
+
+
+def test_inspect_names_a_malformed_json_file_and_where_it_breaks(tmp_path, capsys):
+    path = tmp_path / "metrics.json"
+    path.write_text('{\n  "train/loss": 0.25,\n  "train/kl_loss": \n}\n')
+    assert cli.main(["inspect", str(path)]) == 1
+    assert capsys.readouterr().err == (f"rewardloop inspect: error: {path}: not valid JSON "
+                                       "(Expecting value: line 4 column 1 (char 44))\n")
+
+
+def test_inspect_does_not_read_a_huge_json_file(tmp_path, capsys):
+    """A sparse file: no disk used, and its zero bytes would not parse if they were read."""
+    huge = tmp_path / "huge.json"
+    with open(huge, "wb") as fh:
+        fh.truncate(MAX_JSON_BYTES + 2**20)
+    (tmp_path / "small.json").write_text('{"rank": 4}')
+    assert describe(huge) == f"{huge}: JSON, 65.0 MiB, too large to summarise (limit 64 MiB)"
+    assert cli.main(["inspect", str(tmp_path)]) == 0  # the folder's other artifacts are still shown
+    assert capsys.readouterr().out.splitlines()[:4] == [describe(huge), "", f"{tmp_path / 'small.json'}", "{"]
