@@ -56,19 +56,16 @@ def denoiser_forward_flops(model_dir: Path, family, resolution: int, tokens: int
     with torch.device("meta"):
         model = getattr(diffusers, config["_class_name"]).from_config(config)
         latents = torch.randn(1, config["in_channels"], side, side)
-        if family.flow:
-            kwargs = dict(encoder_hidden_states=torch.randn(1, tokens, config["joint_attention_dim"]),
-                          pooled_projections=torch.randn(1, config["pooled_projection_dim"]),
-                          timestep=torch.tensor([500.0]))
-            args = (latents,)
+        if family.flow_matching:
+            cond = {"prompt_embeds": torch.randn(1, tokens, config["joint_attention_dim"]),
+                    "pooled_embeds": torch.randn(1, config["pooled_projection_dim"])}
         else:
             cond = {"prompt_embeds": torch.randn(1, tokens, config["cross_attention_dim"])}
-            if family.name == "sdxl":
+            if "pooled_embeds" in family.conditioning:  # SDXL: the pooled width is what the added embedding takes
                 pooled = config["projection_class_embeddings_input_dim"] - 6 * config["addition_time_embed_dim"]
                 cond["pooled_embeds"] = torch.randn(1, pooled)
-            kwargs, args = family.unet_kwargs(cond, resolution), (latents, torch.tensor([500]))
     with FlopCounterMode(display=False) as counter:
-        model(*args, **kwargs)
+        family.predict(model, latents, torch.tensor([500.0]), cond, pixel_size=resolution)
     return counter.get_total_flops()
 
 

@@ -22,3 +22,22 @@ def outputs_before_and_after_lora(pipe, lora_dir, **call_kwargs):
     pipe.load_lora_weights(str(lora_dir))
     after = pipe(generator=torch.Generator().manual_seed(0), **kwargs).images
     return before, after
+
+
+def guided_eps(unet, x, timestep, embeds, uncond, guidance):
+    """The SD1.5 adapter's (guided) ε prediction, in the argument order of the tests."""
+    from rewardloop.models.families import get_family
+
+    return get_family("sd15").predict(unet, x, timestep, {"prompt_embeds": embeds}, guidance_scale=guidance,
+                                      uncond=None if uncond is None else {"prompt_embeds": uncond})
+
+
+def guided_velocity(transformer, x, sigma, embeds, pooled, uncond=None, uncond_pooled=None, guidance=1.0,
+                    num_train_timesteps=1000):
+    """The SD3 adapter's (guided) velocity at ``sigma``, the timestep sigma x num_train_timesteps."""
+    from rewardloop.models.families import get_family
+
+    negative = None if uncond is None else {"prompt_embeds": uncond, "pooled_embeds": uncond_pooled}
+    return get_family("sd3").predict(transformer, x, torch.as_tensor(sigma, dtype=torch.float32) * num_train_timesteps,
+                                     {"prompt_embeds": embeds, "pooled_embeds": pooled}, guidance_scale=guidance,
+                                     uncond=negative)

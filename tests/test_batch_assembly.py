@@ -96,7 +96,7 @@ def rollouts(count: int, recorded: int):
 
     x = torch.zeros(count, recorded, 1)
     return RolloutData(family=None, latents=x, next_latents=x, log_probs=x, params={}, advantages=torch.zeros(count),
-                       embeds=x, pooled=None, uncond=(None, None), guidance_scale=1.0)
+                       cond={"prompt_embeds": x}, uncond={}, guidance_scale=1.0)
 
 
 def visits(plan) -> list[int]:
@@ -126,7 +126,7 @@ def test_nft_plan_trains_each_sample_at_distinct_grid_points_with_fresh_noise():
                  nft={"timestep_fraction": 0.6, "inner_epochs": 2})
     objective = get_objective("nft").from_config(cfg, 0)
     grid = torch.tensor([1.0, 0.9, 0.75, 0.5, 0.3])
-    data = CleanLatentData(torch.zeros(10, 1), torch.zeros(10), torch.zeros(10, 1), torch.zeros(10, 1), grid)
+    data = CleanLatentData(torch.zeros(10, 1), torch.zeros(10), {"prompt_embeds": torch.zeros(10, 1)}, grid)
     plan = objective.plan(data, 1)
     per_sample = objective.trained_timesteps(data)
     assert per_sample == 3  # int(5 * 0.6)

@@ -18,10 +18,10 @@ import torch
 
 from objective_checks import (config, ddim_mean_reference, flow_sde_mean, flow_velocity, pair_inputs, prompt_embeds,
                               sd15_model_info, style_latents, tiny_transformer, tiny_unet)
+from model_helpers import guided_eps, guided_velocity
 from rewardloop.objectives import get_objective
 from rewardloop.objectives.grpo import kl_to_reference
-from rewardloop.sampling.ddim_logprob import ddim_mean, guided_eps
-from rewardloop.sampling.flow import Conditioning, guided_velocity
+from rewardloop.sampling.ddim_logprob import ddim_mean
 from rewardloop.sampling.sde import gaussian_log_prob, sde_step, step_mean, transition_log_prob
 from rewardloop.training.policy import Policy
 
@@ -106,8 +106,8 @@ def test_guided_predictions_stay_on_the_latents_device(guidance):
     x, embeds, uncond = on_meta((2, 4, 8, 8), (2, 16, 64), (2, 16, 64))
     assert guided_eps(tiny_unet().to(META), x, 501, embeds, uncond, guidance).device == META
     x, pooled, uncond_pooled = on_meta((2, 16, 8, 8), (2, 64), (2, 64))
-    cond = Conditioning(embeds, pooled, uncond, uncond_pooled)
-    assert guided_velocity(tiny_transformer().to(META), x, 0.9, cond, guidance, 1000).device == META
+    assert guided_velocity(tiny_transformer().to(META), x, 0.9, embeds, pooled, uncond, uncond_pooled,
+                           guidance).device == META
 
 
 def test_the_step_helpers_stay_on_the_latents_device_with_python_constants():
@@ -187,7 +187,7 @@ def test_a_bfloat16_transformer_gets_its_inputs_in_bfloat16(guidance):
         v_uncond = flow_velocity(transformer, x, 0.9, uncond, uncond_pooled)
         expected = v_uncond + guidance * (v_text - v_uncond) if guidance > 1 else v_text
         got = guided_velocity(copy.deepcopy(transformer).to(torch.bfloat16), x, 0.9,
-                              Conditioning(embeds, pooled, uncond, uncond_pooled), guidance, 1000)
+                              embeds, pooled, uncond, uncond_pooled, guidance=guidance)
     assert got.dtype == torch.float32 and close(got, expected)
 
 

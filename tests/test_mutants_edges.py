@@ -18,12 +18,12 @@ import torch
 
 from objective_checks import (alphas_cumprod, clean_latent_micro_batch, config, flow_velocity, pair_inputs,
                               prompt_embeds, sd15_model_info, style_latents, tiny_transformer, tiny_unet)
+from model_helpers import guided_eps, guided_velocity
+from rewardloop.models.families import get_family
 from rewardloop.objectives import get_objective
 from rewardloop.objectives.grpo import clipped_policy_loss
 from rewardloop.objectives.options import option, section_schema
 from rewardloop.objectives.registry import ModelInfo
-from rewardloop.sampling.ddim_logprob import guided_eps
-from rewardloop.sampling.flow import Conditioning, guided_velocity, t5_tokens
 from rewardloop.sampling.sde import sde_std
 from rewardloop.sampling.trajectory import StepRecorder
 
@@ -62,7 +62,7 @@ def test_guidance_up_to_1_is_one_conditional_pass(guidance):
     x, pooled, uncond_pooled = torch.randn(2, 16, 8, 8, generator=gen), torch.randn(2, 64, generator=gen), \
         torch.randn(2, 64, generator=gen)
     transformer = Counting(tiny_transformer())
-    got = guided_velocity(transformer, x, 0.9, Conditioning(embeds, pooled, uncond, uncond_pooled), guidance, 1000)
+    got = guided_velocity(transformer, x, 0.9, embeds, pooled, uncond, uncond_pooled, guidance=guidance)
     assert transformer.batches == [2]
     assert torch.allclose(got.double(), flow_velocity(transformer.model, x, 0.9, embeds, pooled), atol=1e-6)
 
@@ -77,7 +77,7 @@ def test_guidance_above_1_without_an_unconditional_row_is_the_conditional_pass()
     assert torch.equal(got, unet.model(x, torch.tensor([501, 501]), encoder_hidden_states=embeds).sample)
     x, pooled = torch.randn(2, 16, 8, 8, generator=gen), torch.randn(2, 64, generator=gen)
     transformer = Counting(tiny_transformer())
-    got = guided_velocity(transformer, x, 0.9, Conditioning(embeds, pooled), 4.0, 1000)
+    got = guided_velocity(transformer, x, 0.9, embeds, pooled, guidance=4.0)
     assert transformer.batches == [2]
 
 
@@ -144,7 +144,7 @@ def test_the_nft_plan_is_a_pure_function_of_seed_and_iteration():
     from rewardloop.objectives.clean_latents import CleanLatentData
 
     grid = torch.linspace(1.0, 0.05, 20)
-    data = CleanLatentData(torch.zeros(12, 1), torch.zeros(12), torch.zeros(12, 1), torch.zeros(12, 1), grid)
+    data = CleanLatentData(torch.zeros(12, 1), torch.zeros(12), {"prompt_embeds": torch.zeros(12, 1)}, grid)
     torch.manual_seed(1)
     first = flat(nft_plan(data, timestep_fraction=0.15, inner_epochs=2))
     torch.manual_seed(2)  # the global generator plays no part
@@ -240,7 +240,8 @@ def test_a_pipeline_without_a_third_text_encoder_has_no_t5_tokens():
     class Pipeline:  # an SD3-like pipeline class that has no text_encoder_3 attribute at all
         transformer = None
 
-    assert t5_tokens(Pipeline()) == 0
+
+    assert get_family("sd3").t5_tokens(Pipeline()) == 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -261,7 +262,8 @@ def test_the_registry_and_the_signal_table_name_what_they_miss():
                                              r"awm, dpo, grpo, nft, sft\)$"):
         get_objective("ppo")
     assert get_objective("dpo").schema()["description"] == (
-        "Options of train.loss dpo: Diffusion-DPO on preference pairs (sd15, sdxl; sd3 with the flow-matching loss).")
+        "Options of train.loss dpo: Diffusion-DPO on preference pairs (the ε-MSE on a UNet; the flow-matching loss "
+        "on a flow family).")
     table = TrainingInputs(pd.DataFrame({"sample_id": ["s0"]}), {}, "advantages.parquet", "latents.safetensors")
     with pytest.raises(ObjectiveError, match=r"^advantages\.parquet: missing column\(s\) prompt_id, advantage$"):
         table.rows(("sample_id", "prompt_id", "advantage"), "empty")
@@ -291,6 +293,6 @@ def test_a_dynamically_shifted_grid_follows_the_images_token_count():
         mu = 0.5 + (1.15 - 0.5) * (tokens - 256) / (4096 - 256)
         s = torch.linspace(1.0, 1e-3, 4, dtype=torch.float64)
         expected = torch.cat([math.exp(mu) / (math.exp(mu) + 1 / s - 1), torch.zeros(1, dtype=torch.float64)])
-        grids[resolution] = rollout_sigmas(pipe, scheduler, settings)
+        grids[resolution] = rollout_sigmas(pipe, get_family("sd3"), scheduler, settings)
         torch.testing.assert_close(grids[resolution].double(), expected, rtol=1e-5, atol=1e-6)
     assert (grids[1024][1:-1] > grids[512][1:-1]).all()  # more tokens, more shift

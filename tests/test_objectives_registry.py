@@ -35,7 +35,7 @@ def toy_objective():
     class WeightedSFT(PairObjective):
         Options = ChosenWeightOptions
         description = "SFT weighting the chosen image (a test objective)."
-        families = ("sd15", "sdxl")  # narrower than the pair objectives' default
+        needs = frozenset({"ddpm"})  # narrower than the pair objectives' default (a trait, not family names)
 
         def loss(self, policy, data, micro, stream=0):
             chosen, _, noise, timesteps, cond = self.batch_tensors(policy, data, micro, stream)
@@ -54,7 +54,7 @@ def test_a_new_objective_is_a_config_choice_with_its_own_section(toy_objective):
         cfgmod.validate({"prompts": PROMPTS, "train": {"loss": "weighted_sft", "weighted_sft": {"weight": 0}}})
     with pytest.raises(cfgmod.ConfigError, match="train.weighted_sft: Additional properties .*'wieght'"):
         cfgmod.validate({"prompts": PROMPTS, "train": {"loss": "weighted_sft", "weighted_sft": {"wieght": 1}}})
-    # Its declared families are checked at startup, like the built-in objectives'.
+    # What it needs of a family is checked at startup, like the built-in objectives'.
     with pytest.raises(cfgmod.ConfigError, match="train.loss: weighted_sft is not available for model.family sd3"):
         cfgmod.validate({"prompts": PROMPTS, "model": {"family": "sd3"}, "train": {"loss": "weighted_sft"}})
 
@@ -88,7 +88,7 @@ def test_old_flat_keys_are_refused_naming_the_new_one(old, new):
 def test_every_objective_declares_what_the_dag_needs():
     for name, declared in OBJECTIVES.items():
         assert declared.signal in ("pairs", "advantages"), name
-        assert declared.families and declared.description, name
+        assert declared.family_names() and declared.description, name
         assert declared.rollout_adapter == "current" or declared.rollout_adapter in declared.extra_adapters, name
         schema = declared.schema()
         assert all("description" in spec and "default" in spec for spec in schema["properties"].values()), name

@@ -88,5 +88,5 @@ def test_sd3_pair_objectives_move_towards_the_chosen_images(tmp_path, loss, opti
 def test_offline_pairs_are_refused_on_sd3(tmp_path):
     offline = tmp_path / "pairs.parquet"
     offline.write_bytes(b"PAR1")
-    with pytest.raises(ConfigError, match=r"^data\.offline_pairs: offline pairs are encoded for sd15/sdxl UNets only"):
+    with pytest.raises(ConfigError, match=r"^data\.offline_pairs: offline pairs are encoded for the UNet families \(sd15, sdxl\) only"):
         config("configs/tiny_sd3_grpo.yaml", {"data": {"offline_pairs": str(offline)}}, loss="dpo")

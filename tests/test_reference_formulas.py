@@ -144,7 +144,8 @@ def recorded_sd3_rollouts(tmp_path, sde_type: str):
                                             max_sequence_length=0)
     uncond, _, uncond_pooled, _ = pipe.encode_prompt([""], None, None, device="cpu", do_classifier_free_guidance=False,
                                                      max_sequence_length=0)
-    final, records = sample_flow(pipe, cond, pooled, SD3_SEEDS, settings, 2, SD3_SDE_STEPS, SD3_LEVEL,
+    final, records = sample_flow(pipe, get_family("sd3"), {"prompt_embeds": cond, "pooled_embeds": pooled}, SD3_SEEDS,
+                                 settings, 2, SD3_SDE_STEPS, SD3_LEVEL,
                                  progress=False, sde_type=sde_type)
     pipe.scheduler.set_timesteps(4)
     sigmas = [float(s) for s in pipe.scheduler.sigmas]
@@ -355,16 +356,17 @@ def test_nft_loss_equals_the_reference_code_on_a_micro_batch(tmp_path):
 def test_pipeline_facts_the_samplers_read(tmp_path):
     from rewardloop.sampling import flow
 
+    family = get_family("sd3")
     sd3 = tiny_sd3_pipeline(tmp_path / "sd3")
-    assert flow.t5_tokens(sd3) == 0  # no T5: no T5 tokens in the conditioning
+    assert family.t5_tokens(sd3) == 0  # no T5: no T5 tokens in the conditioning
     from transformers import T5Config, T5EncoderModel
 
     sd3.text_encoder_3 = T5EncoderModel(T5Config(vocab_size=32, d_model=8, d_kv=4, d_ff=16, num_layers=1,
                                                  num_heads=2))
-    assert flow.t5_tokens(sd3) == 256  # the SD3 pipeline's default max_sequence_length
-    assert flow.latent_shape(sd3, 32) == (16, 8, 8)
+    assert family.t5_tokens(sd3) == 256  # the SD3 pipeline's default max_sequence_length
+    assert family.latent_shape(sd3, 32) == (16, 8, 8)
     with pytest.raises(ValueError, match=r"^generate\.resolution: 34 is not divisible by the VAE factor 4$"):
-        flow.latent_shape(sd3, 34)
-    sigmas = flow.rollout_sigmas(sd3, sd3.scheduler, SamplerSettings(steps=4, guidance_scale=1.0, eta=0.0,
+        family.latent_shape(sd3, 34)
+    sigmas = flow.rollout_sigmas(sd3, family, sd3.scheduler, SamplerSettings(steps=4, guidance_scale=1.0, eta=0.0,
                                                                       resolution=32))
     assert sigmas.dtype == torch.float32 and len(sigmas) == 5 and sigmas[0] == 1 and sigmas[-1] == 0

@@ -146,10 +146,10 @@ def test_flow_grid_follows_a_dynamically_shifted_config_as_the_sd3_pipeline_does
                                                       "max_image_seq_len": 256})
     pipe = models.load_pipeline({"family": "sd3", "path": str(shifted)})
     settings = SamplerSettings(steps=4, guidance_scale=1.0, eta=0.0, resolution=32)
-    ours = rollout_sigmas(pipe, build_sampler(pipe.scheduler.config, "flow"), settings)
+    ours = rollout_sigmas(pipe, get_family("sd3"), build_sampler(pipe.scheduler.config, "flow"), settings)
     pipe(prompt="a red circle", height=32, width=32, num_inference_steps=4, guidance_scale=1.0, output_type="latent")
     assert torch.allclose(ours, pipe.scheduler.sigmas.float())
-    plain = rollout_sigmas(pipe, build_sampler(config, "flow"), settings)
+    plain = rollout_sigmas(pipe, get_family("sd3"), build_sampler(config, "flow"), settings)
     assert not torch.allclose(ours, plain)  # the shift is not a no-op at this size
 
 

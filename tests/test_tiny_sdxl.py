@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 
 from rewardloop.models import loading as models
-from rewardloop.models.families import add_time_ids, get_family
+from rewardloop.models.families import get_family
+from rewardloop.models.families.sdxl import add_time_ids
 from rewardloop.sampling.ddim import SamplerSettings, sample_latents
 
 SDXL = get_family("sdxl")
@@ -38,13 +39,13 @@ def test_sdxl_conditioning_and_seeded_sampling(tiny_sdxl_model):
 def test_our_sdxl_sampler_matches_the_diffusers_pipeline(tiny_sdxl_model):
     """Same DDIM + CFG trajectory as StableDiffusionXLPipeline given the same initial noise: our
     conditioning (both encoders, pooled embeds, time ids, empty-prompt negative) is diffusers'."""
-    from rewardloop.sampling.ddim import initial_noise, latent_shape
+    from rewardloop.sampling.ddim import initial_noise
 
     pipe = models.load_pipeline({"family": "sdxl", "path": str(tiny_sdxl_model)})
     prompts = ["a red circle on a blue background", "a green square on a red background"]
     settings = SamplerSettings(steps=4, guidance_scale=5.0, eta=0.0, resolution=32)
     ours = sample_latents(pipe, SDXL, SDXL.encode(pipe, prompts), [3, 4], settings, batch_size=2, progress=False)
-    noise = initial_noise([3, 4], latent_shape(pipe, 32), "cpu", torch.float32) * pipe.scheduler.init_noise_sigma
+    noise = initial_noise([3, 4], SDXL.latent_shape(pipe, 32), "cpu", torch.float32) * pipe.scheduler.init_noise_sigma
     theirs = pipe(prompt=prompts, negative_prompt=["", ""], num_inference_steps=4, guidance_scale=5.0, height=32,
                   width=32, latents=noise.clone(), output_type="latent").images
     torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-4)

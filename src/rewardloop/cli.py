@@ -60,7 +60,7 @@ def _objectives(args) -> None:
 
     for name, objective in sorted(OBJECTIVES.items()):
         print(f"{name}: {objective.description}")
-        print(f"  signal: {objective.signal}; families: {', '.join(objective.families)}; "
+        print(f"  signal: {objective.signal}; families: {', '.join(objective.family_names())}; "
               f"rollouts record steps: {'yes' if objective.records_steps else 'no'}")
         for key, spec in objective.schema()["properties"].items():
             print(f"  train.{name}.{key} (default {spec['default']!r}): {spec['description']}")
@@ -68,17 +68,22 @@ def _objectives(args) -> None:
 
 def parser() -> argparse.ArgumentParser:
     from rewardloop import __version__
+    from rewardloop.models.families import FAMILIES
+    from rewardloop.models.replicas import FAMILIES as REPLICAS
 
+    tiny = [name for name, family in FAMILIES.items() if family.tiny_builder]
     top = argparse.ArgumentParser(prog="rewardloop", description=__doc__, formatter_class=HelpFormatter)
     top.add_argument("--version", action="version", version=f"rewardloop {__version__}")
     commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    build = commands.add_parser("build-tiny", help="build an embedded tiny model (SD1.5, SDXL or SD3 family)")
+    build = commands.add_parser("build-tiny", help=f"build an embedded tiny model ({', '.join(tiny)})")
     build.add_argument("--out", default="resources/models/tiny-sd15", help="output diffusers folder")
     build.add_argument("--seed", type=int, default=0, help="seed of the weights and of the synthetic data")
-    build.add_argument("--family", choices=["sd15", "sdxl", "sd3"], default="sd15",
-                       help="sd15 and sd3 are briefly pretrained; sdxl is a tiny random-init SDXL-architecture "
-                            "model (plumbing tests; the pretraining options do not apply)")
+    random_init = [name for name in tiny if not FAMILIES[name].tiny_pretrained]
+    build.add_argument("--family", choices=tiny, default="sd15",
+                       help=f"{', '.join(n for n in tiny if n not in random_init)} are briefly pretrained; "
+                            f"{', '.join(random_init)}: tiny random-init models of the architecture (plumbing "
+                            "tests; the pretraining options do not apply)")
     build.add_argument("--vae-steps", type=int, default=1200, help="pretraining steps of the VAE")
     build.add_argument("--unet-steps", type=int, default=1200, help="pretraining steps of the denoiser")
     build.add_argument("--threads", type=int, default=2, help="torch threads (part of the recipe: same seed and "
@@ -88,8 +93,8 @@ def parser() -> argparse.ArgumentParser:
     replica = commands.add_parser(
         "build-replica", help="write a random-weight replica of a published checkpoint's layout and configs "
                               "(sd15: stable-diffusion-v1-5, sdxl: SDXL base 1.0, sd3: SD3.5 Medium)")
-    replica.add_argument("--family", choices=["sd15", "sdxl", "sd3"], required=True,
-                         help="the published layout: sd15, sdxl or sd3")
+    replica.add_argument("--family", choices=list(REPLICAS), required=True,
+                         help=f"the published layout: {', '.join(REPLICAS)}")
     replica.add_argument("--out", required=True, help="output diffusers folder (replaced atomically)")
     replica.add_argument("--size", choices=["tiny", "full"], default="tiny",
                          help="tiny: published configs with small widths/depths (CPU tests, seconds); full: the "

@@ -26,10 +26,13 @@ class ConfigError(ValueError):
 
 
 def load_schema() -> dict:
-    """The schema file, with ``train.loss``'s choices and each objective's section from the registry."""
+    """The schema file, with ``model.family``'s and ``train.loss``'s choices and each objective's section from
+    their registries."""
+    from rewardloop.models.families import family_names
     from rewardloop.objectives import OBJECTIVES
 
     schema = yaml.safe_load(SCHEMA_PATH.read_text())
+    schema["properties"]["model"]["properties"]["family"]["enum"] = family_names()
     train = schema["properties"]["train"]["properties"]
     train["loss"]["enum"] = sorted(OBJECTIVES)
     for name, objective in OBJECTIVES.items():
@@ -164,12 +167,21 @@ def _objective_names() -> list[str]:
 
 
 def _fill_family_defaults(config: dict) -> None:
-    """``generate.resolution: null`` becomes the model family's default size, ``generate.precision: auto``
+    """``generate.resolution: null`` becomes the model family's default size, each of the family's
+    ``defaults`` left null its value (e.g. ``train.dpo.beta``), ``generate.precision: auto``
     train.mixed_precision's."""
     from rewardloop.models.families import get_family
 
+    family = get_family(config["model"]["family"])
     if config["generate"]["resolution"] is None:
-        config["generate"]["resolution"] = get_family(config["model"]["family"]).default_resolution
+        config["generate"]["resolution"] = family.default_resolution
+    for dotted, value in family.defaults.items():
+        *parents, key = dotted.split(".")
+        section = config
+        for name in parents:
+            section = section.get(name) if isinstance(section, dict) else None
+        if isinstance(section, dict) and section.get(key, value) is None:
+            section[key] = value
     if config["generate"]["precision"] == "auto":
         mixed = config["train"]["mixed_precision"]
         config["generate"]["precision"] = "fp32" if mixed == "no" else mixed
@@ -347,9 +359,9 @@ def check_objective(config: dict) -> None:
     train, family = config["train"], config["model"]["family"]
     objective = get_objective(train["loss"])
     name = objective.name
-    if family not in objective.families:
+    if not objective.supports(get_family(family)):
         raise ConfigError(f"train.loss: {name} is not available for model.family {family} "
-                          f"({name} trains {', '.join(objective.families)})")
+                          f"({name} trains {', '.join(objective.family_names())})")
     if train["adapter"] != "lora" and not objective.full_model:
         raise ConfigError(f"train.adapter: {name} trains a LoRA (its reference is the LoRA disabled); "
                           "set train.adapter: lora")
@@ -365,7 +377,7 @@ def check_objective(config: dict) -> None:
         raise ConfigError(str(exc)) from exc
     generate = config["generate"]
     try:
-        check_sampler(generate["scheduler"], get_family(family).flow, generate["eta"], objective.records_steps)
+        check_sampler(generate["scheduler"], get_family(family).flow_matching, generate["eta"], objective.records_steps)
     except SamplerError as exc:
         raise ConfigError(str(exc)) from exc
 

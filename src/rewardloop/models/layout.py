@@ -19,8 +19,6 @@ from pathlib import Path
 MODEL_INDEX = "model_index.json"
 SCHEDULER_CONFIG = "scheduler/scheduler_config.json"
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
-# Components loaded by the family's pipeline that the workflow never uses (passed as None).
-UNUSED = {"sd15": ("safety_checker",)}
 
 
 class LayoutError(ValueError):
@@ -62,20 +60,21 @@ def check_model_folder(path: str, family_name: str, variant: str | None = None) 
         raise LayoutError(f"model.path: {index_file} names {found!r}{hint} but model.family {family_name} expects "
                           f"{family.pipeline}")
     components = listed_components(index)
-    optional = {"text_encoder_3", "tokenizer_3"}  # SD3 runs without T5 (as the tiny SD3 does)
+    optional = {name for group in family.optional_components.values() for name in group}  # e.g. SD3 without T5
     required = [family.denoiser, "vae", "scheduler", *family.text_encoders, *family.tokenizers]
     for name in required:
         if components.get(name) is None and name not in optional:
             state = "lists it as null" if name in components else "does not list it"
             raise LayoutError(f"model.path: {index_file} {state}: component {name!r}, which model.family "
                               f"{family_name} needs")
-    if family.flow and (components.get("text_encoder_3") is None) != (components.get("tokenizer_3") is None):
-        have, lack = (("tokenizer_3", "text_encoder_3") if components.get("tokenizer_3")
-                      else ("text_encoder_3", "tokenizer_3"))
-        raise LayoutError(f"model.path: {index_file} lists {have} but not {lack}: T5 needs both (or list both as "
-                          "[null, null] to run on the CLIP encoders alone)")
+    for what, group in family.optional_components.items():  # all listed or all null (e.g. T5 and its tokenizer)
+        listed = [name for name in group if components.get(name) is not None]
+        if listed and len(listed) != len(group):
+            lack = [name for name in group if name not in listed]
+            raise LayoutError(f"model.path: {index_file} lists {', '.join(listed)} but not {', '.join(lack)}: "
+                              f"{what} needs both (or list both as [null, null] to run without {what})")
     for name, cls in components.items():
-        if cls is not None and name not in UNUSED.get(family_name, ()) and not (folder / name).is_dir():
+        if cls is not None and name not in family.unused_components and not (folder / name).is_dir():
             raise LayoutError(f"model.path: {index_file} lists {name} ({cls}) but {folder / name}/ is missing")
     check_scheduler(folder, family)
     check_weights(folder / family.denoiser, variant)
@@ -86,12 +85,12 @@ def check_scheduler(folder: Path, family) -> None:
 
     config_file = folder / SCHEDULER_CONFIG
     config = read_json(config_file, "the noise schedule the samplers are built from")
-    cls, allowed = config.get("_class_name"), shipped_schedulers(family.flow)
+    cls, allowed = config.get("_class_name"), shipped_schedulers(family.flow_matching)
     if cls not in allowed:
-        kind = "a flow-match scheduler" if family.flow else "a DDPM-style scheduler (betas, timestep spacing)"
+        kind = "a flow-match scheduler" if family.flow_matching else "a DDPM-style scheduler (betas, timestep spacing)"
         raise LayoutError(f"model.path: {config_file} names {cls!r}; model.family {family.name} expects {kind}: "
                           f"one of {', '.join(sorted(allowed))}")
-    if not family.flow and config.get("prediction_type", "epsilon") not in ("epsilon", "v_prediction"):
+    if not family.flow_matching and config.get("prediction_type", "epsilon") not in ("epsilon", "v_prediction"):
         raise LayoutError(f"model.path: {config_file}: prediction_type {config['prediction_type']!r} "
                           "(expected epsilon or v_prediction)")
 
@@ -119,11 +118,8 @@ def check_resolution(path: str, family_name: str, resolution: int) -> None:
 
     folder, family = Path(path), get_family(family_name)
     vae = read_json(folder / "vae" / "config.json", "the VAE's config")
-    factor = 2 ** (len(vae.get("block_out_channels", [0] * 4)) - 1)
-    what = f"the VAE's factor {factor}"
-    if family.flow:
-        patch = read_json(folder / family.denoiser / "config.json", "the transformer's config").get("patch_size", 1)
-        factor, what = factor * patch, f"the VAE's factor {factor} x the transformer's patch size {patch}"
+    denoiser = read_json(folder / family.denoiser / "config.json", f"the {family.denoiser}'s config")
+    factor, what = family.resolution_factor(vae, denoiser)
     if resolution % factor:
         raise LayoutError(f"generate.resolution: {resolution} px is not a multiple of {factor} ({what}, "
                           f"{folder}); e.g. {max(factor, resolution // factor * factor)}")

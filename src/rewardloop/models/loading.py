@@ -57,8 +57,10 @@ def check_inside_workdir(key: str, path: str, why: str) -> None:
 
 
 def needs_hf_token(model_cfg: Mapping) -> bool:
-    """SD3/SD3.5 on the hub are gated: downloading them needs HF_TOKEN (passed through, never stored)."""
-    return model_cfg["family"] == "sd3" and not model_cfg.get("build_tiny") and is_hub_id(str(model_cfg["path"]))
+    """Gated hub checkpoints (SD3/SD3.5, FLUX.1-dev) need HF_TOKEN to download (passed through, never stored)."""
+    from rewardloop.models.families import get_family
+
+    return get_family(model_cfg["family"]).gated and not model_cfg.get("build_tiny") and is_hub_id(str(model_cfg["path"]))
 
 
 def model_reference(model_cfg: Mapping, lora_dir: str | None = None) -> str:

@@ -37,26 +37,25 @@ def tokenizers(model_cfg: Mapping) -> dict[str, tuple[object, int]]:
     from rewardloop.models.families import get_family
 
     family = get_family(model_cfg["family"])
-    if model_cfg.get("build_tiny"):
-        return _tiny_tokenizers(family.tokenizers)
+    if model_cfg.get("build_tiny"):  # the CLIP tokenizer the tiny builders write; their T5, if any, is not built yet
+        return _tiny_tokenizers(tuple(n for n in family.tokenizers if n not in family.sequence_lengths))
     folder = Path(model_cfg["path"])
     if not folder.is_dir():
         return {}
-    return _folder_tokenizers(str(folder.resolve()), family.tokenizers)
+    return _folder_tokenizers(str(folder.resolve()), family.tokenizers, tuple(family.sequence_lengths.items()))
 
 
 @functools.lru_cache(maxsize=4)
-def _folder_tokenizers(folder: str, names: tuple[str, ...]) -> dict[str, tuple[object, int]]:
+def _folder_tokenizers(folder: str, names: tuple[str, ...], sequence_lengths: tuple = ()) -> dict[str, tuple[object, int]]:
     from transformers import AutoTokenizer
 
-    from rewardloop.models.published import T5_SEQUENCE_LENGTH
-
+    lengths = dict(sequence_lengths)
     found = {}
     for name in names:
         if (Path(folder) / name).is_dir():
             tokenizer = AutoTokenizer.from_pretrained(Path(folder) / name)
-            t5 = name == "tokenizer_3"  # SD3's T5: the pipeline's max_sequence_length, not the tokenizer's 512
-            found[name] = (tokenizer, T5_SEQUENCE_LENGTH if t5 else tokenizer.model_max_length)
+            # T5: the pipeline's max_sequence_length, not the tokenizer's 512
+            found[name] = (tokenizer, lengths.get(name, tokenizer.model_max_length))
     return found
 
 
@@ -67,7 +66,7 @@ def _tiny_tokenizers(names: tuple[str, ...]) -> dict[str, tuple[object, int]]:
 
     with tempfile.TemporaryDirectory() as tmp:
         tokenizer = build_tokenizer(tmp)
-    return {name: (tokenizer, tokenizer.model_max_length) for name in names if name != "tokenizer_3"}
+    return {name: (tokenizer, tokenizer.model_max_length) for name in names}
 
 
 def long_prompts(config: Mapping) -> list[LongPrompt]:

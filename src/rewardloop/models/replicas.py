@@ -32,7 +32,7 @@ from rewardloop.artifacts import atomic_dir, default_mode
 from rewardloop.mappings import deep_merge
 from rewardloop.models import published as P
 
-FAMILIES = ("sd15", "sdxl", "sd3")
+FAMILIES = tuple(P.PUBLISHED_FILES)  # the families whose published layout is held in models/published.py
 SIZES = ("tiny", "full")
 
 # What a tiny replica may change in each kind of config: widths and depths only. A nested

@@ -12,7 +12,7 @@ images, same offline tokenizer, same autoencoder trainer):
 
 T5 is omitted (``text_encoder_3=None``; the SD3 pipeline supports it): a T5 tokenizer cannot be
 built offline as simply as the CLIP one. Without T5 the rollouts use no T5 tokens
-(:func:`rewardloop.sampling.flow.t5_tokens`). The result is a plain diffusers folder
+(``SD3.t5_tokens`` in :mod:`rewardloop.models.families.sd3`). The result is a plain diffusers folder
 (``StableDiffusion3Pipeline``, ``FlowMatchEulerDiscreteScheduler`` with SD3's shift 3) plus
 ``build_info.json``, written atomically.
 """

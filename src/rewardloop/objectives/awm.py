@@ -134,9 +134,9 @@ class AWMOptions:
 @objective("awm")
 class AWM(Objective):
     Options = AWMOptions
-    description = "Advantage Weighted Matching on the rollouts' final latents (sd3)."
+    description = "Advantage Weighted Matching on the rollouts' final latents (flow matching)."
     signal = "advantages"
-    families = ("sd3",)
+    needs = frozenset({"flow_matching"})
     keeps_tied_groups = True  # Flow-Factory trains every sample (A = 0 ones carry only the KL terms)
     extra_adapters = ("ema",)
     preflight_checks = ("rollout_guidance",)
@@ -150,7 +150,7 @@ class AWM(Objective):
 
     def load(self, inputs: TrainingInputs, model) -> CleanLatentData:
         self.num_train_timesteps = model.scheduler_config["num_train_timesteps"]
-        return load_clean_latents(inputs)
+        return load_clean_latents(inputs, model.family)
 
     def trained_timesteps(self, data: CleanLatentData) -> int:
         if self.options.num_train_timesteps is not None:
@@ -174,8 +174,8 @@ class AWM(Objective):
             updates.append(micros)
         return updates
 
-    def _velocity(self, policy, module, x_t, t, embeds, pooled) -> torch.Tensor:
-        return conditional_velocity(policy, module, x_t, t, embeds, pooled, self.num_train_timesteps)
+    def _velocity(self, policy, module, data, x_t, t, cond) -> torch.Tensor:
+        return conditional_velocity(policy, module, data, x_t, t, cond, self.num_train_timesteps)
 
     def loss(self, policy, data: CleanLatentData, micro):
         index, grid_index, noise_seed = micro
@@ -184,13 +184,13 @@ class AWM(Objective):
         t = data.grid[grid_index].expand(len(index))
         x_t, noise = noised(x0, t, noise_seed)
         x_t, x0, noise, t = x_t.to(device), x0.to(device), noise.to(device), t.to(device)
-        embeds, pooled = data.embeds[index].to(device), data.pooled[index].to(device)
+        cond = data.conditioning(index, device)
         options = self.options
         v_ema = None
         if options.ema_kl_beta > 0:  # before the trained forward: swapping weights in place would break its graph
             with torch.no_grad(), policy.swapped_in("ema"):
-                v_ema = self._velocity(policy, policy.model, x_t, t, embeds, pooled)
-        v = self._velocity(policy, policy.module, x_t, t, embeds, pooled)
+                v_ema = self._velocity(policy, policy.model, data, x_t, t, cond)
+        v = self._velocity(policy, policy.module, data, x_t, t, cond)
         log_prob = matching_log_prob(v, noise - x0, t, options.weighting, options.ghuber_power)
         clip = self.config["advantages"]["adv_clip_max"]
         advantages = data.advantages[index].to(device).clamp(-clip, clip)
@@ -198,7 +198,7 @@ class AWM(Objective):
         kl = ema_kl = torch.zeros((), device=device)
         if options.kl_beta > 0:
             with torch.no_grad(), policy.reference() as reference:
-                v_ref = self._velocity(policy, reference, x_t, t, embeds, pooled)
+                v_ref = self._velocity(policy, reference, data, x_t, t, cond)
             kl = velocity_kl(v, v_ref)
         if v_ema is not None:
             ema_kl = velocity_kl(v, v_ema)

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from rewardloop.objectives.options import option
 from rewardloop.objectives.preference import TRAIN_STREAM, PairObjective
-from rewardloop.objectives.registry import objective
+from rewardloop.objectives.registry import ObjectiveError, objective
 
 
 def dpo_loss(policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta: float):
@@ -32,9 +32,11 @@ def dpo_loss(policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta: flo
 
 @dataclass(frozen=True)
 class DPOOptions:
-    beta: float = option(5000, "Diffusion-DPO beta, as DiffusionDPO's --beta_dpo (inside = -0.5*beta*(...)); twice "
-                               "the value you would pass to the diffusers DPO example for the same strength.",
-                         exclusiveMinimum=0)
+    beta: float | None = option(None, "Diffusion-DPO beta, as DiffusionDPO's --beta_dpo (inside = -0.5*beta*(...)); "
+                                      "twice the value you would pass to the diffusers DPO example for the same "
+                                      "strength. null: the model family's (5000 on a UNet's ε-MSE, DiffusionDPO's "
+                                      "README; 100 on a flow family's velocity MSE, flow_grpo config/dpo.py).",
+                                exclusiveMinimum=0)
     reference: str = option("base", "The frozen reference: base = the base model (the LoRA disabled), previous = "
                                     "model(it-1), the model the iteration starts from (online DPO).",
                             enum=["base", "previous"])
@@ -43,7 +45,7 @@ class DPOOptions:
 @objective("dpo")
 class DPO(PairObjective):
     Options = DPOOptions
-    description = "Diffusion-DPO on preference pairs (sd15, sdxl; sd3 with the flow-matching loss)."
+    description = "Diffusion-DPO on preference pairs (the ε-MSE on a UNet; the flow-matching loss on a flow family)."
     curves = ("train/loss", "train/implicit_acc")
     preflight_checks = ("start_loss",)
     moved_keys = {"beta": "beta", "reference": "reference"}
@@ -58,5 +60,7 @@ class DPO(PairObjective):
         policy_w, policy_l = self.denoising_losses(policy, policy.module, *inputs).chunk(2)
         with torch.no_grad(), policy.reference() as reference:
             ref_w, ref_l = self.denoising_losses(policy, reference, *inputs).chunk(2)
+        if self.options.beta is None:  # config validation fills the family's value
+            raise ObjectiveError("train.dpo.beta: null reached training; load the config with rewardloop.config")
         loss, acc = dpo_loss(policy_w, policy_l, ref_w, ref_l, self.options.beta)
         return loss, {"train/loss": loss.item(), "train/implicit_acc": acc.item()}

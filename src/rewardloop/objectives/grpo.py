@@ -1,4 +1,4 @@
-"""Flow-GRPO (Liu et al., 2025) on recorded SDE rollouts (SD3); on SD1.5 DDIM steps with eta > 0 (DDPO).
+"""Flow-GRPO (Liu et al., 2025) on recorded SDE rollouts (flow matching); on a UNet DDIM steps with eta > 0 (DDPO).
 
 For each recorded step of each sample, the transition ``x_t -> x_next`` stored by the generate stage
 is re-scored under the current policy (the denoiser with its LoRA, CFG as in the rollout), in
@@ -30,12 +30,11 @@ from dataclasses import dataclass
 
 import torch
 
-from rewardloop.models.families import EMPTY_PROMPT, Family
+from rewardloop.models.families import EMPTY_PROMPT, ModelFamily
 from rewardloop.objectives.advantage_training import clipped_policy_loss, epoch_batches, load_advantages
 from rewardloop.objectives.options import option
 from rewardloop.objectives.registry import Objective, ObjectiveError, TrainingInputs, objective
-from rewardloop.sampling.flow import Conditioning, guided_velocity
-from rewardloop.sampling.sde import SDE_TYPES, Dynamics, gaussian_log_prob, get_dynamics
+from rewardloop.sampling.recorded_steps import DDIMSteps, FlowSteps, recorded_steps
 
 
 def guard_ratio(log_prob, old_log_prob, mean, old_mean, scale) -> torch.Tensor:
@@ -56,23 +55,23 @@ def kl_to_reference(mean: torch.Tensor, mean_ref: torch.Tensor, std) -> torch.Te
 class RolloutData:
     """Recorded SDE steps of the kept samples: [N, K, ...] tensors, K = recorded steps per sample.
 
-    ``params``: the per-step constants of the family's step (sd3: sigmas, sigmas_next, std;
-    sd15: timesteps, alphas, alphas_prev, std), each [N, K]. ``pooled`` is None for sd15;
-    ``uncond``: the empty prompt's conditioning (embeddings [1, L, D], pooled [1, P] or None) for CFG.
+    ``params``: the per-step constants of the recorded step kind (``steps``; flow: sigmas, sigmas_next,
+    std; DDIM: timesteps, alphas, alphas_prev, std), each [N, K]. ``cond``: the family's conditioning
+    rows of the samples' prompts {key: [N, ...]}; ``uncond``: the empty prompt's {key: [1, ...]} for CFG.
     """
 
-    family: Family
+    family: ModelFamily
     latents: torch.Tensor
     next_latents: torch.Tensor
     log_probs: torch.Tensor
     params: dict
     advantages: torch.Tensor
-    embeds: torch.Tensor
-    pooled: torch.Tensor | None
-    uncond: tuple
+    cond: dict
+    uncond: dict
     guidance_scale: float
-    dynamics: Dynamics | None = None  # the flow step type the rollouts recorded (None: DDIM)
+    steps: FlowSteps | DDIMSteps | None = None  # the step kind the rollouts recorded
     means: torch.Tensor | None = None  # the rollout's transition means (flow; GRPO-Guard's mu_old)
+    pixel_size: int | None = None  # the rollouts' image size (for denoisers conditioned on it)
 
     def __len__(self) -> int:
         return len(self.latents)
@@ -82,11 +81,7 @@ class RolloutData:
         return self.latents.shape[1]
 
 
-FLOW_STEP_PARAMS = ("sigmas", "sigmas_next", "std")
-DDIM_STEP_PARAMS = ("timesteps", "alphas", "alphas_prev", "std")
-
-
-def load_rollouts(inputs: TrainingInputs, family: Family) -> RolloutData:
+def load_rollouts(inputs: TrainingInputs, family: ModelFamily, vae_scale_factor: int = 8) -> RolloutData:
     table = load_advantages(inputs)
 
     def get(key: str) -> torch.Tensor:
@@ -98,19 +93,20 @@ def load_rollouts(inputs: TrainingInputs, family: Family) -> RolloutData:
     def stack(name: str) -> torch.Tensor:
         return torch.stack([get(f"trajectory/{sid}/{name}") for sid in table.sample_id])
 
-    pooled_uncond = get(f"{EMPTY_PROMPT}/pooled_embeds")[None] if family.flow else None
+    # Files written before CPS existed hold no step type: they are Flow-GRPO SDE steps.
+    steps = recorded_steps(family.flow_matching, int(inputs.tensors.get("rollout/sde_type", 0)))
+    latents = stack("latents")
+    recorded_means = f"trajectory/{table.sample_id.iloc[0]}/means" in inputs.tensors
     return RolloutData(
-        family=family, latents=stack("latents"), next_latents=stack("next_latents"), log_probs=stack("log_probs"),
-        means=stack("means") if family.flow and f"trajectory/{table.sample_id.iloc[0]}/means" in inputs.tensors
-        else None,
-        params={name: stack(name) for name in (FLOW_STEP_PARAMS if family.flow else DDIM_STEP_PARAMS)},
+        family=family, latents=latents, next_latents=stack("next_latents"), log_probs=stack("log_probs"),
+        means=stack("means") if isinstance(steps, FlowSteps) and recorded_means else None,
+        params={name: stack(name) for name in steps.params},
         advantages=torch.tensor(table.advantage.to_numpy(), dtype=torch.float32),
-        embeds=torch.stack([get(f"prompt_embeds/{p}") for p in table.prompt_id]),
-        pooled=torch.stack([get(f"pooled_embeds/{p}") for p in table.prompt_id]) if family.flow else None,
-        uncond=(get(f"{EMPTY_PROMPT}/prompt_embeds")[None], pooled_uncond),
+        cond={key: torch.stack([get(f"{key}/{p}") for p in table.prompt_id]) for key in family.conditioning},
+        uncond={key: get(f"{EMPTY_PROMPT}/{key}")[None] for key in family.conditioning},
         guidance_scale=float(get("rollout/guidance_scale")),
-        # Files written before CPS existed hold no step type: they are Flow-GRPO SDE steps.
-        dynamics=get_dynamics(SDE_TYPES[int(inputs.tensors.get("rollout/sde_type", 0))]) if family.flow else None,
+        steps=steps,
+        pixel_size=latents.shape[-1] * vae_scale_factor,
     )
 
 
@@ -135,7 +131,7 @@ class GRPOOptions:
     guard: bool = option(False, "GRPO-Guard (Wang et al. 2025, arXiv 2510.22319; Flow-Factory's grpo-guard "
                                 "trainer): the ratio normalised by the rollout's step mean and reweighted by the "
                                 "transition std per step, against Flow-GRPO's negatively biased ratio "
-                                "(flow_grpo SDE steps on sd3 only).")
+                                "(flow_grpo SDE steps on a flow-matching family only).")
     debug_alignment: bool = option(False, "Skip the optimizer step, so train/log_prob_mean_abs_diff measures the "
                                           "pure rollout-vs-train numerical drift of the log-probs (the LoRA stays "
                                           "as it was).")
@@ -144,11 +140,11 @@ class GRPOOptions:
 @objective("grpo")
 class GRPO(Objective):
     Options = GRPOOptions
-    description = "Flow-GRPO on the recorded SDE steps (sd3); DDPO-style DDIM steps on sd15."
+    description = "Flow-GRPO on the recorded SDE steps (flow matching); DDPO-style DDIM steps on a UNet."
     signal = "advantages"
     records_steps = True
     preflight_checks = ("importance_ratio", "noise_level_0")
-    families = ("sd3", "sd15")
+    needs = frozenset({"recorded_steps"})
     curves = ("train/loss", "train/kl_loss", "train/clipfrac", "train/approx_kl", "train/log_prob_mean_abs_diff")
     moved_keys = {"clip_range": "clip_range", "kl_beta": "kl_beta", "inner_epochs": "inner_epochs",
                   "debug_alignment": "debug_alignment"}
@@ -157,16 +153,23 @@ class GRPO(Objective):
     def check(cls, config) -> None:
         from rewardloop.sampling.step_strategies import StepStrategyError, select_sde_steps
 
+        from rewardloop.models.families import family_names, get_family
+
         sde, steps = config["generate"]["sde"], config["generate"]["steps"]
         cps = sde.get("type", "flow_grpo") == "cps"
-        if config["model"]["family"] == "sd15" and sde["noise_level"] > 1:
-            raise ObjectiveError("generate.sde.noise_level: on sd15 it is DDIM's eta of the recorded steps; must be <= 1")
-        if (config.get("train", {}).get("grpo") or {}).get("guard") and (config["model"]["family"] != "sd3" or cps):
+        family = config["model"]["family"]
+        flow = get_family(family).flow_matching
+        flows = ", ".join(family_names(flow_matching=True))
+        if not flow and sde["noise_level"] > 1:
+            raise ObjectiveError(f"generate.sde.noise_level: on {family} it is DDIM's eta of the recorded steps; "
+                                 "must be <= 1")
+        if (config.get("train", {}).get("grpo") or {}).get("guard") and (not flow or cps):
             raise ObjectiveError("train.grpo.guard: GRPO-Guard normalises Flow-GRPO's Gaussian SDE steps; it needs "
-                                 "model.family sd3 and generate.sde.type flow_grpo")
+                                 f"a flow-matching model.family ({flows}) and generate.sde.type flow_grpo")
         if cps:
-            if config["model"]["family"] != "sd3":
-                raise ObjectiveError("generate.sde.type: cps is a flow-matching step (sd3); sd15 records DDIM steps")
+            if not flow:
+                raise ObjectiveError(f"generate.sde.type: cps is a flow-matching step ({flows}); {family} records "
+                                     "DDIM steps")
             if sde["noise_level"] > 1:
                 raise ObjectiveError("generate.sde.noise_level: with type cps it is a in sin(a pi / 2); must be <= 1")
         try:
@@ -180,7 +183,7 @@ class GRPO(Objective):
 
     def load(self, inputs: TrainingInputs, model) -> RolloutData:
         self.num_train_timesteps = model.scheduler_config["num_train_timesteps"]
-        return load_rollouts(inputs, model.family)
+        return load_rollouts(inputs, model.family, model.vae_scale_factor)
 
     def plan(self, data: RolloutData, processes: int) -> list[list[tuple]]:
         batches = epoch_batches(len(data), self.train.batch_size, self.options.inner_epochs, self.seed, self.iteration)
@@ -192,29 +195,20 @@ class GRPO(Objective):
     def steps_optimizer(self) -> bool:
         return not self.options.debug_alignment
 
-    def _step_mean(self, denoiser, data: RolloutData, index, k: int, device):
-        """Mean of the recorded transition under ``denoiser`` (CFG as in the rollout), fp32."""
+    def _step_mean(self, denoiser, data: RolloutData, index, k: int, device, dtype=None):
+        """Mean of the recorded transition under ``denoiser`` (guidance as in the rollout), fp32."""
         lat = data.latents[index, k].to(device)
         p = {name: value[index, k].to(device) for name, value in data.params.items()}
-        n = len(index)
-        uncond_embeds = data.uncond[0].expand(n, -1, -1).to(device)
-        if data.family.flow:
-            cond = Conditioning(data.embeds[index].to(device), data.pooled[index].to(device),
-                                uncond_embeds, data.uncond[1].expand(n, -1).to(device))
-            velocity = guided_velocity(denoiser, lat, p["sigmas"], cond, data.guidance_scale, self.num_train_timesteps)
-            return data.dynamics.mean(velocity, lat, p["sigmas"], p["sigmas_next"], p["std"])
-        from rewardloop.sampling.ddim_logprob import ddim_mean, guided_eps
-
-        eps = guided_eps(denoiser, lat, p["timesteps"], data.embeds[index].to(device), uncond_embeds,
-                         data.guidance_scale)
-        return ddim_mean(eps, lat, p["alphas"], p["alphas_prev"], p["std"])
+        cond = {key: value[index].to(device) for key, value in data.cond.items()}
+        uncond = {key: value.to(device) for key, value in data.uncond.items()} if data.family.uses_cfg else None
+        prediction = data.family.predict(denoiser, lat, data.steps.timestep(p, self.num_train_timesteps), cond,
+                                         guidance_scale=data.guidance_scale, uncond=uncond, dtype=dtype,
+                                         pixel_size=data.pixel_size)
+        return data.steps.mean(prediction, lat, p)
 
     def _log_prob(self, data: RolloutData, index, k: int, mean, device) -> torch.Tensor:
         p = {name: value[index, k].to(device) for name, value in data.params.items()}
-        next_latents = data.next_latents[index, k].to(device)
-        if data.family.flow:
-            return data.dynamics.log_prob(next_latents, mean, p["sigmas"], p["sigmas_next"], p["std"])
-        return gaussian_log_prob(next_latents, mean, p["std"])
+        return data.steps.log_prob(data.next_latents[index, k].to(device), mean, p)
 
     def loss(self, policy, data: RolloutData, micro):
         index, k = micro
@@ -232,8 +226,7 @@ class GRPO(Objective):
             if data.means is None:
                 raise ObjectiveError("train.grpo.guard: the rollouts hold no trajectory/<id>/means (generated before "
                                      "GRPO-Guard existed?); rerun generate")
-            p = data.params
-            scale = (p["std"][index, k] * torch.sqrt(p["sigmas"][index, k] - p["sigmas_next"][index, k])).to(device)
+            scale = data.steps.transition_std({name: value[index, k] for name, value in data.params.items()}).to(device)
             ratio = guard_ratio(log_prob, old, mean, data.means[index, k].to(device), scale)
         policy_loss, clipfrac, approx_kl = clipped_policy_loss(log_prob, old, data.advantages[index].to(device),
                                                                self.options.clip_range, ratio)

@@ -94,9 +94,9 @@ class NFTOptions:
 @objective("nft")
 class NFT(Objective):
     Options = NFTOptions
-    description = "DiffusionNFT on the rollouts' final latents (sd3)."
+    description = "DiffusionNFT on the rollouts' final latents (flow matching)."
     signal = "advantages"
-    families = ("sd3",)
+    needs = frozenset({"flow_matching"})
     keeps_tied_groups = True  # the reference keeps groups of equal rewards, at r = 1/2
     rollout_adapter = "old"
     preflight_checks = ("rollout_guidance",)
@@ -106,7 +106,7 @@ class NFT(Objective):
 
     def load(self, inputs: TrainingInputs, model) -> CleanLatentData:
         self.num_train_timesteps = model.scheduler_config["num_train_timesteps"]
-        return load_clean_latents(inputs)
+        return load_clean_latents(inputs, model.family)
 
     def trained_timesteps(self, data: CleanLatentData) -> int:
         return max(1, int(len(data.grid) * self.options.timestep_fraction))
@@ -134,8 +134,8 @@ class NFT(Objective):
         gen = torch.Generator().manual_seed(seeded(self.seed, self.iteration + 1, 13, epoch))
         return torch.stack([torch.randperm(grid, generator=gen) for _ in range(samples)])
 
-    def _velocity(self, policy, module, x_t, t, embeds, pooled) -> torch.Tensor:
-        return conditional_velocity(policy, module, x_t, t, embeds, pooled, self.num_train_timesteps)
+    def _velocity(self, policy, module, data, x_t, t, cond) -> torch.Tensor:
+        return conditional_velocity(policy, module, data, x_t, t, cond, self.num_train_timesteps)
 
     def loss(self, policy, data: CleanLatentData, micro):
         index, grid_index, noise_seed = micro
@@ -143,17 +143,17 @@ class NFT(Objective):
         x0, t = data.latents[index], data.grid[grid_index]
         x_t, _ = noised(x0, t, noise_seed)
         x_t, x0, t = x_t.to(device), x0.to(device), t.to(device)
-        embeds, pooled = data.embeds[index].to(device), data.pooled[index].to(device)
+        cond = data.conditioning(index, device)
         with torch.no_grad(), policy.swapped_in("old"):
-            v_old = self._velocity(policy, policy.model, x_t, t, embeds, pooled)
-        v = self._velocity(policy, policy.module, x_t, t, embeds, pooled)
+            v_old = self._velocity(policy, policy.model, data, x_t, t, cond)
+        v = self._velocity(policy, policy.module, data, x_t, t, cond)
         clip = self.config["advantages"]["adv_clip_max"]
         r = optimality(data.advantages[index].to(device), clip)
         policy_loss = nft_policy_loss(v, v_old, x_t, x0, t, r, self.options.beta, clip)
         kl = torch.zeros((), device=device)
         if self.options.kl_beta > 0:
             with torch.no_grad(), policy.reference() as reference:
-                v_ref = self._velocity(policy, reference, x_t, t, embeds, pooled)
+                v_ref = self._velocity(policy, reference, data, x_t, t, cond)
             kl = velocity_kl(v, v_ref)
         loss = policy_loss + self.options.kl_beta * kl
         return loss, {"train/loss": loss.item(), "train/policy_loss": policy_loss.item(), "train/kl_loss": kl.item(),

@@ -4,8 +4,8 @@ The generate stage cached every sample's final latents and every prompt's condit
 training step never runs the VAE or a text encoder. Each micro-batch (pairs, noise, timesteps,
 empty-prompt and flip masks) is a pure function of (seed, iteration, step, micro).
 
-On a DDPM-family UNet (sd15, sdxl) the denoising loss is the ε (or v) MSE at a uniform timestep,
-as DiffusionDPO trains. On a rectified-flow transformer (sd3) it is the flow-matching loss, as
+On a DDPM-style family (a UNet: sd15, sdxl) the denoising loss is the ε (or v) MSE at a uniform timestep,
+as DiffusionDPO trains. On a rectified-flow family (sd3, flux) it is the flow-matching loss, as
 flow_grpo's ``scripts/train_sd3_dpo.py`` trains SD3.5: u ~ logit-normal(0, 1), the index
 int(u * num_train_timesteps) into the shipped scheduler's (shifted) training grid gives sigma and
 the timestep, x_t = (1 - sigma) x0 + sigma eps, target v = eps - x0.
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Mapping
 import numpy as np
 import torch
 
-from rewardloop.models.families import EMPTY_PROMPT, Family
+from rewardloop.models.families import EMPTY_PROMPT, ModelFamily
 from rewardloop.objectives.registry import Objective, ObjectiveError, TrainingInputs
 
 if TYPE_CHECKING:
@@ -144,7 +144,6 @@ class PairObjective(Objective):
     """
 
     signal = "pairs"
-    families = ("sd15", "sdxl", "sd3")
     multi_process = True
     full_model = True
     offline_pairs = True
@@ -155,18 +154,22 @@ class PairObjective(Objective):
 
     @classmethod
     def check(cls, config) -> None:
-        if config["model"]["family"] == "sd3" and config["data"]["offline_pairs"]:
-            raise ObjectiveError("data.offline_pairs: offline pairs are encoded for sd15/sdxl UNets only; "
-                                 "set data.offline_pairs: null for an sd3 model")
+        from rewardloop.models.families import family_names, get_family
+
+        family = config["model"]["family"]
+        if get_family(family).flow_matching and config["data"]["offline_pairs"]:
+            raise ObjectiveError(f"data.offline_pairs: offline pairs are encoded for the UNet families "
+                                 f"({', '.join(family_names(flow_matching=False))}) only; set data.offline_pairs: "
+                                 f"null for a {family} model")
 
     def use_model(self, model) -> None:
         """The family's denoiser inputs, the VAE's factor and the checkpoint's training noise schedule
         (DDPM; the flow-match grid of a rectified-flow model)."""
         from diffusers import DDPMScheduler, FlowMatchEulerDiscreteScheduler
 
-        self.family: Family = model.family
+        self.family: ModelFamily = model.family
         self.vae_scale_factor = model.vae_scale_factor
-        scheduler_class = FlowMatchEulerDiscreteScheduler if model.family.flow else DDPMScheduler
+        scheduler_class = FlowMatchEulerDiscreteScheduler if model.family.flow_matching else DDPMScheduler
         self.noise_scheduler = scheduler_class.from_config(model.scheduler_config)
 
     def add_offline(self, data: PairData, offline: TrainingInputs, fraction: float) -> PairData:
@@ -200,7 +203,7 @@ class PairObjective(Objective):
     def _draw_timesteps(self, count: int, gen: torch.Generator) -> torch.Tensor:
         """DDPM: uniform integer timesteps; flow: indices into the training grid, u ~ logit-normal(0, 1)."""
         steps = self.noise_scheduler.config.num_train_timesteps
-        if self.family.flow:
+        if self.family.flow_matching:
             u = torch.sigmoid(torch.randn(count, generator=gen))
             return (u * steps).long().clamp(max=steps - 1)
         return torch.randint(steps, (count,), generator=gen)
@@ -217,17 +220,14 @@ class PairObjective(Objective):
 
     def denoising_losses(self, policy: Policy, module, latents, noise, timesteps, cond: Mapping) -> torch.Tensor:
         """Per-sample denoising MSE of ``module`` (ε, or v for v-prediction models; the flow velocity)."""
-        if self.family.flow:
+        if self.family.flow_matching:
             return self._flow_matching_losses(policy, module, latents, noise, timesteps, cond)
         noisy = self.noise_scheduler.add_noise(latents, noise, timesteps)
         if self.noise_scheduler.config.prediction_type == "v_prediction":
             target = self.noise_scheduler.get_velocity(latents, noise, timesteps)
         else:
             target = noise
-        pixel_size = latents.shape[-1] * self.vae_scale_factor
-        with policy.autocast():
-            prediction = module(noisy, timesteps, **self.family.unet_kwargs(cond, pixel_size)).sample
-        return denoising_mse(prediction, target)
+        return denoising_mse(self._predict(policy, module, noisy, timesteps, cond), target)
 
     def _flow_matching_losses(self, policy: Policy, module, latents, noise, indices, cond: Mapping) -> torch.Tensor:
         """Per-sample MSE of the predicted velocity against eps - x0 at the grid points ``indices``."""
@@ -235,11 +235,13 @@ class PairObjective(Objective):
         timesteps = self.noise_scheduler.timesteps.to(latents.device)[indices]
         s = sigmas.view(-1, *[1] * (latents.ndim - 1))
         noisy = (1 - s) * latents + s * noise
-        dtype = policy.model.dtype
+        return denoising_mse(self._predict(policy, module, noisy, timesteps, cond), noise - latents)
+
+    def _predict(self, policy: Policy, module, noisy, timesteps, cond: Mapping) -> torch.Tensor:
+        """The family's prediction at ``noisy`` for the pairs' own conditioning (no guidance)."""
         with policy.autocast():
-            prediction = module(noisy.to(dtype), encoder_hidden_states=cond["prompt_embeds"].to(dtype),
-                                pooled_projections=cond["pooled_embeds"].to(dtype), timestep=timesteps.to(dtype)).sample
-        return denoising_mse(prediction, noise - latents)
+            return self.family.predict(module, noisy, timesteps, cond, dtype=policy.model.dtype,
+                                       pixel_size=noisy.shape[-1] * self.vae_scale_factor)
 
     @torch.no_grad()
     def evaluate(self, policy: Policy, data: PairData, batches: int = 4) -> dict:

@@ -2,7 +2,8 @@
 
 An objective is one class in one module of this package, registered with ``@objective("name")``
 and imported once in ``objectives/__init__.py``. It declares its training signal, whether its
-rollouts record their SDE/DDIM steps, the model families it supports and its own typed options
+rollouts record their SDE/DDIM steps, what it needs of a model family (traits such as
+"flow_matching", never a list of family names) and its own typed options
 (``train.<name>``); it turns the stage's tables and tensors into training data, plans the
 optimizer updates, and computes ``loss(policy, data, micro) -> (loss, logs)``. It reads no file
 and knows no stage: the train stage reads the inputs, the :class:`~rewardloop.training.trainer.Trainer`
@@ -22,7 +23,7 @@ from rewardloop.objectives.options import NoOptions, from_section, section_schem
 if TYPE_CHECKING:
     import pandas as pd
 
-    from rewardloop.models.families import Family
+    from rewardloop.models.families import ModelFamily
     import torch
 
     from rewardloop.training.config import TrainConfig
@@ -64,7 +65,7 @@ class TrainingInputs:
 class ModelInfo:
     """What an objective knows of the model: its family, its scheduler's config, its VAE's downscale factor."""
 
-    family: Family
+    family: ModelFamily
     scheduler_config: Mapping
     vae_scale_factor: int
 
@@ -75,7 +76,8 @@ class Objective:
     name: ClassVar[str]
     signal: ClassVar[str] = "pairs"  # what it learns from: pairs.parquet or advantages.parquet
     records_steps: ClassVar[bool] = False  # its rollouts record the stochastic steps (log-probs)
-    families: ClassVar[tuple[str, ...]] = ()
+    # The family traits it trains on (ModelFamily.traits: "flow_matching" or "ddpm", "recorded_steps"); empty: any.
+    needs: ClassVar[frozenset[str]] = frozenset()
     Options: ClassVar[type] = NoOptions  # the dataclass of train.<name>
     description: ClassVar[str] = ""
     multi_process: ClassVar[bool] = False  # can split each micro-batch over `accelerate launch` ranks
@@ -100,6 +102,17 @@ class Objective:
         train = config["train"]
         return cls(from_section(cls.Options, train.get(cls.name)), TrainConfig.from_section(train), config["seed"],
                    iteration, config)
+
+    @classmethod
+    def supports(cls, family: ModelFamily) -> bool:
+        return cls.needs <= family.traits
+
+    @classmethod
+    def family_names(cls) -> list[str]:
+        """The registered model families it trains (registry order)."""
+        from rewardloop.models.families import FAMILIES
+
+        return [name for name, family in FAMILIES.items() if cls.supports(family)]
 
     @classmethod
     def schema(cls) -> dict:

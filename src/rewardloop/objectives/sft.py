@@ -8,7 +8,7 @@ from rewardloop.objectives.registry import objective
 
 @objective("sft")
 class SFT(PairObjective):
-    description = "Denoising loss on the chosen image of each pair (sd15, sdxl; sd3 with the flow-matching loss)."
+    description = "Denoising loss on the chosen image of each pair (the ε-MSE on a UNet; the flow-matching loss on a flow family)."
 
     def loss(self, policy, data, micro, stream: int = TRAIN_STREAM):
         chosen, _, noise, timesteps, cond = self.batch_tensors(policy, data, micro, stream)

@@ -40,13 +40,6 @@ def sample_seed(base_seed: int, iteration: int, prompt_index: int, k: int) -> in
     return int(np.random.SeedSequence([base_seed, iteration + 1, prompt_index, k]).generate_state(1)[0] >> 1)
 
 
-def latent_shape(pipe, resolution: int) -> tuple[int, int, int]:
-    factor = pipe.vae_scale_factor
-    if resolution % factor:
-        raise ValueError(f"generate.resolution: {resolution} is not divisible by the VAE factor {factor}")
-    return (pipe.unet.config.in_channels, resolution // factor, resolution // factor)
-
-
 def initial_noise(seeds: Sequence[int], shape, device, dtype) -> torch.Tensor:
     noise = [torch.randn(shape, generator=torch.Generator().manual_seed(s)) for s in seeds]
     return torch.stack(noise).to(device=device, dtype=dtype)
@@ -66,41 +59,33 @@ def sample_latents(
 ) -> torch.Tensor:
     """Denoise one image per (conditioning row, seed); returns the final latents [N, C, h, w] (fp32, CPU).
 
-    ``family``: the pipeline's :class:`~rewardloop.models.families.Family`; ``embeds``: prompt
+    ``family``: the pipeline's :class:`~rewardloop.models.families.ModelFamily`; ``embeds``: prompt
     embeddings [N, L, D], or the family's conditioning dict {key: [N, ...]}. ``scheduler``: the
     sampler (see :mod:`rewardloop.sampling.schedulers`); default DDIM on the pipeline's schedule,
     whatever scheduler class the pipeline ships.
     """
     from rewardloop.sampling.schedulers import build_sampler, inference_timesteps
 
-    unet = pipe.unet
+    denoiser = getattr(pipe, family.denoiser)
     scheduler = scheduler or build_sampler(pipe.scheduler.config, "ddim")
-    device, dtype = pipe.device, unet.dtype
+    device, dtype = pipe.device, denoiser.dtype
     rows = {"prompt_embeds": embeds} if isinstance(embeds, torch.Tensor) else embeds
-    uncond = family.encode(pipe, [""])
-    shape = latent_shape(pipe, settings.resolution)
-    use_cfg = settings.guidance_scale > 1.0
+    uncond = family.encode(pipe, [""]) if settings.guidance_scale > 1.0 else None
+    shape = family.latent_shape(pipe, settings.resolution)
     if type(scheduler).__name__ == "DDIMScheduler":  # no repeated or out-of-range step (PNDM repeats by design)
         inference_timesteps(scheduler, settings.steps)
     outputs = []
     for start in tqdm(range(0, len(seeds), batch_size), desc=desc, unit="batch", disable=not progress):
         batch_seeds = list(seeds[start : start + batch_size])
-        cond = {k: v[start : start + batch_size].to(device=device, dtype=dtype) for k, v in rows.items()}
-        n = len(batch_seeds)
+        cond = {k: v[start : start + batch_size].to(device=device) for k, v in rows.items()}
         # Latents and scheduler steps stay fp32 under a half-precision denoiser (its inputs are cast).
         latents = initial_noise(batch_seeds, shape, device, torch.float32) * scheduler.init_noise_sigma
         generators = [torch.Generator().manual_seed(s + 1) for s in batch_seeds]
-        if use_cfg:
-            cond = {k: torch.cat([uncond[k].to(dtype).expand(n, *v.shape[1:]), v]) for k, v in cond.items()}
-        unet_kwargs = family.unet_kwargs(cond, settings.resolution)
         scheduler.set_timesteps(settings.steps, device=device)  # also resets a multistep sampler's state
         for t in scheduler.timesteps:
-            model_in = torch.cat([latents] * 2) if use_cfg else latents
-            model_in = scheduler.scale_model_input(model_in, t)
-            eps = unet(model_in.to(dtype), t, **unet_kwargs).sample.float()
-            if use_cfg:
-                eps_uncond, eps_cond = eps.chunk(2)
-                eps = eps_uncond + settings.guidance_scale * (eps_cond - eps_uncond)
+            model_in = scheduler.scale_model_input(latents, t)
+            eps = family.predict(denoiser, model_in, t, cond, guidance_scale=settings.guidance_scale, uncond=uncond,
+                                 dtype=dtype, pixel_size=settings.resolution)
             step_kwargs = {"eta": settings.eta, "generator": generators} if settings.eta > 0 else {}
             latents = scheduler.step(eps, t, latents, **step_kwargs).prev_sample
         outputs.append(latents.float().cpu())

@@ -39,42 +39,30 @@ def ddim_mean(eps: torch.Tensor, sample: torch.Tensor, a_t, a_prev, std) -> torc
     return torch.sqrt(a_prev) * x0 + torch.sqrt((1 - a_prev - std**2).clamp(min=0)) * eps
 
 
-def guided_eps(unet, latents, timesteps, embeds, uncond, guidance_scale: float) -> torch.Tensor:
-    """(Classifier-free guided) noise prediction at ``latents``; ``timesteps`` a scalar or [B]; fp32."""
-    t = torch.as_tensor(timesteps, device=latents.device).reshape(-1).expand(len(latents))
-    dtype = unet.dtype
-    if uncond is not None and guidance_scale > 1.0:
-        out = unet(torch.cat([latents, latents]).to(dtype), torch.cat([t, t]),
-                   encoder_hidden_states=torch.cat([uncond, embeds]).to(dtype)).sample.float()
-        e_uncond, e_text = out.chunk(2)
-        return e_uncond + guidance_scale * (e_text - e_uncond)
-    return unet(latents.to(dtype), t, encoder_hidden_states=embeds.to(dtype)).sample.float()
-
-
 @torch.no_grad()
-def sample_ddim_recorded(pipe, family, embeds: torch.Tensor, seeds: Sequence[int], settings, batch_size: int,
+def sample_ddim_recorded(pipe, family, cond, seeds: Sequence[int], settings, batch_size: int,
                          sde_steps: Sequence[Sequence[int]], eta: float, progress: bool = True,
                          desc: str = "generate", scheduler=None):
     """DDIM rollouts whose ``sde_steps[i]`` are eta > 0 steps, recorded; returns (latents, records).
 
+    ``cond``: the family's conditioning {key: [N, ...]} (or the prompt embeddings [N, L, D]).
     ``scheduler``: a DDIMScheduler; default one built from the pipeline's schedule for recording
     (see :func:`rewardloop.sampling.schedulers.build_sampler`), whatever class the pipeline ships.
     """
-    from rewardloop.sampling.ddim import initial_noise, latent_shape
+    from rewardloop.sampling.ddim import initial_noise
     from rewardloop.sampling.schedulers import build_sampler, inference_timesteps
 
-    unet, device = pipe.unet, pipe.device
+    unet, device = getattr(pipe, family.denoiser), pipe.device
     scheduler = scheduler or build_sampler(pipe.scheduler.config, "ddim", recorded=True)
     timesteps = inference_timesteps(scheduler, settings.steps)
-    shape = latent_shape(pipe, settings.resolution)
-    use_cfg = settings.guidance_scale > 1.0
-    uncond = family.encode(pipe, [""])["prompt_embeds"] if use_cfg else None
+    shape = family.latent_shape(pipe, settings.resolution)
+    rows = {"prompt_embeds": cond} if isinstance(cond, torch.Tensor) else cond
+    uncond = family.encode(pipe, [""]) if settings.guidance_scale > 1.0 else None
     outputs, records = [], []
     for start in tqdm(range(0, len(seeds), batch_size), desc=desc, unit="batch", disable=not progress):
         batch_seeds = list(seeds[start: start + batch_size])
         n = len(batch_seeds)
-        cond = embeds[start: start + n].to(device)
-        batch_uncond = uncond.expand(n, -1, -1) if use_cfg else None
+        batch_cond = {k: v[start: start + n].to(device) for k, v in rows.items()}
         latents = initial_noise(batch_seeds, shape, device, torch.float32)
         generators = [torch.Generator().manual_seed(s + 1) for s in batch_seeds]
         batch_steps = [list(s) for s in sde_steps[start: start + n]]
@@ -84,7 +72,8 @@ def sample_ddim_recorded(pipe, family, embeds: torch.Tensor, seeds: Sequence[int
             is_sde = [j in steps for steps in batch_steps]
             std = torch.tensor([ddim_std(a_t, a_prev, eta) if flag else 0.0 for flag in is_sde])
             noise = torch.stack([torch.randn(shape, generator=g) for g in generators]).to(device)
-            eps = guided_eps(unet, latents, t, cond, batch_uncond, settings.guidance_scale)
+            eps = family.predict(unet, latents, t, batch_cond, guidance_scale=settings.guidance_scale, uncond=uncond,
+                                 pixel_size=settings.resolution)
             mean = ddim_mean(eps, latents, a_t, a_prev, std.to(device))
             next_latents = mean + per_sample(std.to(device), mean) * noise
             if any(is_sde):

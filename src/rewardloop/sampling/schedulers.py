@@ -106,12 +106,13 @@ def inference_timesteps(scheduler, steps: int) -> list[int]:
     return timesteps
 
 
-def flow_sigmas(scheduler, steps: int, image_seq_len: int):
+def flow_sigmas(scheduler, steps: int, image_seq_len: int, start=None):
     """The flow grid's sigmas for ``steps`` steps (length steps + 1, ending at 0), fp32 on the CPU.
 
     A config with ``use_dynamic_shifting`` shifts the grid by the image's token count, as the SD3
-    pipeline does (its ``calculate_shift`` with the config's base/max sequence lengths and shifts);
-    without it, ``set_timesteps`` would refuse to run.
+    and FLUX pipelines do (``calculate_shift`` with the config's base/max sequence lengths and
+    shifts); without it, ``set_timesteps`` would refuse to run. ``start``: the unshifted sigmas to
+    shift (FLUX's pipeline passes linspace(1, 1/steps, steps)); default the scheduler's own.
     """
     kwargs = {}
     if scheduler.config.get("use_dynamic_shifting"):
@@ -121,5 +122,8 @@ def flow_sigmas(scheduler, steps: int, image_seq_len: int):
         kwargs["mu"] = calculate_shift(image_seq_len, cfg.get("base_image_seq_len", 256),
                                        cfg.get("max_image_seq_len", 4096), cfg.get("base_shift", 0.5),
                                        cfg.get("max_shift", 1.16))
-    scheduler.set_timesteps(steps, device="cpu", **kwargs)
+    if start is not None:
+        scheduler.set_timesteps(sigmas=list(start), device="cpu", **kwargs)
+    else:
+        scheduler.set_timesteps(steps, device="cpu", **kwargs)
     return scheduler.sigmas.detach().float().cpu().clone()

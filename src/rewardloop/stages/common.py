@@ -44,14 +44,14 @@ def rollout(pipe, family, prompts: pd.DataFrame, seeds: list[list[int]], setting
 
     Returns (rows with sample_id/prompt_id/prompt/group/seed/image + sampler settings,
     final latents [N, C, h, w], tensors to store: {"<key>/<prompt_id>": conditioning tensor} with the
-    family's keys, e.g. prompt_embeds and, for SDXL and SD3, pooled_embeds; the empty prompt's as
+    family's keys (its adapter's ``conditioning``); the empty prompt's as
     empty_prompt/<key>; for recorded rollouts ``trajectory/<sample_id>/<key>`` and rollout/guidance_scale;
     for flow models the sigma grid, rollout/sigmas).
     ``rows_slice``: only those samples (a shard; every prompt is still encoded together, so the
     conditioning equals the unsharded run's), with the conditioning of their prompts only.
     ``sde``: GRPO rollouts, ``(noise level, SDE step indices of each sample, step type)`` for all samples
     in row order (prompt by prompt, then seed by seed; a shard takes its ``rows_slice``); those steps
-    are stochastic (flow SDE or CPS for SD3, DDIM with eta = noise level for SD1.5) and recorded.
+    are stochastic (flow SDE or CPS for a flow-matching family, DDIM with eta = noise level for a UNet) and recorded.
     """
     import torch
 
@@ -72,7 +72,7 @@ def rollout(pipe, family, prompts: pd.DataFrame, seeds: list[list[int]], setting
         sde_steps = sde_steps[rows_slice] if sde else None
     row_cond = {k: v[torch.tensor(row_index, dtype=torch.long)] for k, v in cond.items()}
     # The sampler comes from the shipped scheduler's config, never its class (see sampling.schedulers).
-    scheduler = build_sampler(pipe.scheduler.config, sampler_name(settings.scheduler, family.flow),
+    scheduler = build_sampler(pipe.scheduler.config, sampler_name(settings.scheduler, family.flow_matching),
                               recorded=sde is not None)
     latents, records = _sample(pipe, family, row_cond, [r["seed"] for r in rows], settings, batch_size,
                                sde[0] if sde else 0.0, sde_steps, progress, desc, scheduler, sde_type)
@@ -80,7 +80,7 @@ def rollout(pipe, family, prompts: pd.DataFrame, seeds: list[list[int]], setting
     for row, image in zip(rows, images):
         row["image"] = encode_png(image, row["sample_id"] + ".png")
         row.update(settings.as_dict())
-        if family.flow:  # Euler steps, SDE ones where recorded; DDIM's eta does not apply
+        if family.flow_matching:  # Euler steps, SDE ones where recorded; DDIM's eta does not apply
             row.update(sampler=FLOW_SAMPLERS[sde_type] if sde else "flow_euler", eta=float(sde[0]) if sde else 0.0)
         elif sde:  # DDIM, eta = the noise level on the recorded steps
             row.update(sampler="ddim_recorded", eta=float(sde[0]))
@@ -91,26 +91,26 @@ def rollout(pipe, family, prompts: pd.DataFrame, seeds: list[list[int]], setting
     tensors.update({f"{EMPTY_PROMPT}/{k}": v[0].float().cpu() for k, v in empty.items()})
     if sde:
         _add_records(tensors, rows, records, settings, sde_type)
-    if family.flow:  # the timestep grid the rollout stepped from (DiffusionNFT trains at these)
+    if family.flow_matching:  # the timestep grid the rollout stepped from (DiffusionNFT trains at these)
         from rewardloop.sampling.flow import rollout_sigmas
 
-        tensors["rollout/sigmas"] = rollout_sigmas(pipe, scheduler, settings)
+        tensors["rollout/sigmas"] = rollout_sigmas(pipe, family, scheduler, settings)
     return pd.DataFrame(rows), latents, tensors
 
 
 def _sample(pipe, family, cond, seeds, settings, batch_size, noise_level, sde_steps, progress, desc, scheduler,
             sde_type="flow_grpo"):
     """(final latents, records of the SDE steps or None) by the family's sampler."""
-    if family.flow:
+    if family.flow_matching:
         from rewardloop.sampling.flow import sample_flow
 
-        return sample_flow(pipe, cond["prompt_embeds"], cond["pooled_embeds"], seeds, settings, batch_size,
+        return sample_flow(pipe, family, cond, seeds, settings, batch_size,
                            sde_steps=sde_steps, noise_level=noise_level, progress=progress, desc=desc,
                            scheduler=scheduler, sde_type=sde_type)
     if sde_steps is not None:  # GRPO on SD1.5: DDIM with eta > 0 on the recorded steps (DDPO)
         from rewardloop.sampling.ddim_logprob import sample_ddim_recorded
 
-        return sample_ddim_recorded(pipe, family, cond["prompt_embeds"], seeds, settings, batch_size, sde_steps,
+        return sample_ddim_recorded(pipe, family, cond, seeds, settings, batch_size, sde_steps,
                                     eta=noise_level, progress=progress, desc=desc, scheduler=scheduler)
     from rewardloop.sampling.ddim import sample_latents
 

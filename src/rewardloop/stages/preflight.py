@@ -50,7 +50,7 @@ def _noise_level_0(cfg, samples_path, rollout_lora_dir, device) -> dict:
     settings = sampler_settings(gen)
 
     def sample(recorded: bool, batch_size: int):
-        scheduler = build_sampler(pipe.scheduler.config, sampler_name(settings.scheduler, family.flow), recorded)
+        scheduler = build_sampler(pipe.scheduler.config, sampler_name(settings.scheduler, family.flow_matching), recorded)
         steps = [list(range(settings.steps))] * len(seeds) if recorded else None
         return _sample(pipe, family, cond, seeds, settings, batch_size, 0.0, steps, False, "preflight", scheduler,
                        gen["sde"]["type"])[0]
@@ -88,7 +88,7 @@ def run(cfg, samples_path, signal_path, latents_path, init_lora_dir, rollout_lor
     device = torch_setup(threads, cfg["device"])
     with timed(report, "perf/preflight_time"):
         checks.update(_training_checks(cfg, names, signal_path, latents_path, init_lora_dir, threads))
-        if "noise_level_0" in names and family.flow:
+        if "noise_level_0" in names and family.flow_matching:
             checks["noise_level_0"] = _noise_level_0(cfg, samples_path, rollout_lora_dir, device)
         elif "noise_level_0" in names:
             checks["noise_level_0"] = alignment.not_applicable(
