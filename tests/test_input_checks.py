@@ -79,3 +79,31 @@ def test_inspect_does_not_read_a_huge_json_file(tmp_path, capsys):
     assert describe(huge) == f"{huge}: JSON, 65.0 MiB, too large to summarise (limit 64 MiB)"
     assert cli.main(["inspect", str(tmp_path)]) == 0  # the folder's other artifacts are still shown
     assert capsys.readouterr().out.splitlines()[:4] == [describe(huge), "", f"{tmp_path / 'small.json'}", "{"]
+
+
+def test_a_pickled_init_lora_is_refused_saying_why(tmp_path):
+    """A LoRA saved as a pickle (pytorch_lora_weights.bin) is not loaded: the error says it can run code."""
+    from rewardloop.models.files import ModelError
+    from rewardloop.models.lora import check_init_lora
+
+    (tmp_path / "pytorch_lora_weights.bin").write_bytes(b"not read")
+    with pytest.raises(ModelError, match=r"has no pytorch_lora_weights\.safetensors; it holds pytorch_lora_weights\.bin, "
+                                         r"a pickle, which can run code when it is loaded, so it is not read"):
+        check_init_lora({"init_lora": str(tmp_path), "family": "sd15", "path": "unused"}, {})
+
+
+def test_a_reward_checkpoint_that_torch_refuses_says_why(tmp_path):
+    """A checkpoint whose pickle would run code is refused by torch.load(weights_only=True), and the message says
+    why pickles are refused and what to save instead."""
+    import pickle
+
+    from rewardloop.rewards.clip_common import safe_torch_load
+
+    class Payload:
+        def __reduce__(self):
+            return (print, ("this would run",))
+
+    path = tmp_path / "aesthetic.pt"
+    path.write_bytes(pickle.dumps(Payload()))
+    with pytest.raises(ValueError, match=r"a pickle can run code when it is loaded.*safetensors\.torch\.save_file"):
+        safe_torch_load("aesthetic", "checkpoint", path)

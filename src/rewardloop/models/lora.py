@@ -76,10 +76,9 @@ def save_lora(unet, family: str, lora_cfg: Mapping, out_dir: str | os.PathLike) 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     layers = get_peft_model_state_dict(unet)
-    if not get_family(family).flow:
-        # UNets: diffusers' lora.down/up names, as its SD1.5/SDXL LoRA scripts save them. A transformer keeps
-        # peft's lora_A/B (diffusers' SD3 script): converted, its attention projections would become lora.down
-        # beside add_*_proj's lora_A, and diffusers' loader, which reads the format off one key, drops them.
+    if get_family(family).lora_key_format == "diffusers":
+        # diffusers' lora.down/up names, as its SD1.5/SDXL LoRA scripts save them; a "peft" family keeps
+        # lora_A/B (see ModelFamily.lora_key_format).
         layers = convert_state_dict_to_diffusers(layers)
     layers = {k: v.detach().float().cpu().contiguous() for k, v in layers.items()}
     adapter_metadata = lora_config(lora_cfg).to_dict()
@@ -130,7 +129,7 @@ def _consistent_names(weights: Path, family) -> Iterator[Path]:
     from safetensors.torch import save_file
 
     keys = tensor_shapes(weights)
-    if not family.flow or not any(".lora.down." in k for k in keys) or not any(".lora_A." in k for k in keys):
+    if family.lora_key_format != "peft" or not any(".lora.down." in k for k in keys) or not any(".lora_A." in k for k in keys):
         yield weights.parent
         return
     with safe_open(str(weights), framework="pt") as handle:
@@ -165,7 +164,11 @@ def check_init_lora(model_cfg: Mapping, train_cfg: Mapping) -> None:
         return
     weights = Path(folder) / LORA_WEIGHTS
     if not weights.is_file():
-        raise ModelError(f"model.init_lora: {folder} has no {LORA_WEIGHTS}")
+        pickles = sorted(p.name for p in Path(folder).glob("*") if p.suffix in (".bin", ".pt", ".pth", ".ckpt"))
+        why = (f"; it holds {', '.join(pickles)}, a pickle, which can run code when it is loaded, so it is not "
+               "read: convert it with safetensors.torch.save_file(torch.load(path, weights_only=True), "
+               f"'{LORA_WEIGHTS}')") if pickles else ""
+        raise ModelError(f"model.init_lora: {folder} has no {LORA_WEIGHTS}{why}")
     where, family = f"model.init_lora: {weights}", model_cfg["family"]
     denoiser = get_family(family).denoiser
     layers, prefixes = {}, set()

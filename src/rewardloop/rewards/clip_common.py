@@ -57,7 +57,9 @@ def safe_torch_load(reward: str, option: str, path: Path):
     except Exception as exc:
         raise ValueError(
             f"'rewards.{reward}.{option}': {path} refused or unreadable by "
-            f"torch.load(weights_only=True) ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+            f"torch.load(weights_only=True) ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
+            "a pickle can run code when it is loaded, so only tensors and plain containers are read: save the "
+            "weights with safetensors.torch.save_file instead"
         ) from exc
 
 
