@@ -52,7 +52,7 @@ rule track_iteration:
         marker=f"{RESULTS}/iter_{{it}}/tracking.json",
     params:
         iteration=iteration_of,
-        steps_per_iteration=config["train"]["steps"],
+        steps_per_iteration=None,  # the global step's stride: the optimizer steps metrics/train.json says were taken
         benchmarks=iteration_benchmarks,
     log:
         f"{RESULTS}/logs/iter_{{it}}/tracking.log",

@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 
+from rewardloop import shape_domain
 from rewardloop.models import synthetic
 from rewardloop.rewards.color_match import ColorMatch
 
@@ -14,10 +15,10 @@ def test_right_caption_beats_wrong_colours(reward):
     rng = np.random.default_rng(0)
     for shape, fg, bg in [("circle", "red", "blue"), ("triangle", "white", "black"), ("square", "cyan", "purple")]:
         image = synthetic.render(shape, fg, bg, rng=rng)
-        others = [c for c in synthetic.COLORS if c not in (fg, bg)]
-        prompts = [synthetic.caption(shape, fg, bg), synthetic.caption(shape, bg, fg),
-                   synthetic.caption(shape, others[0], bg), synthetic.caption(shape, fg, others[1]),
-                   synthetic.caption(shape, others[0], others[1])]
+        others = [c for c in shape_domain.COLORS if c not in (fg, bg)]
+        prompts = [shape_domain.caption(shape, fg, bg), shape_domain.caption(shape, bg, fg),
+                   shape_domain.caption(shape, others[0], bg), shape_domain.caption(shape, fg, others[1]),
+                   shape_domain.caption(shape, others[0], others[1])]
         scores, details = reward.score([image] * len(prompts), prompts)
         assert scores[0] > 1.95  # crisp render (anti-aliased edge pixels lose a little)
         assert scores[1] < 1.3  # swapped: the named background colour covers only the shape's area
@@ -37,22 +38,22 @@ def test_score_falls_smoothly_as_colours_wash_out(reward):
 
 def test_noise_scores_low(reward):
     noise = np.random.default_rng(1).integers(0, 256, size=(32, 32, 3), dtype=np.uint8)
-    scores, _ = reward.score([noise], [synthetic.caption("square", "red", "blue")])
+    scores, _ = reward.score([noise], [shape_domain.caption("square", "red", "blue")])
     assert scores[0] < 0.6
 
 
 def test_hand_computed_value(reward):
     # 4x4: 4 red pixels, 11 blue, 1 pixel at distance 60 from blue (membership 0.5 in blue, 0 in red)
     image = np.zeros((4, 4, 3), dtype=np.float32)
-    image[...] = synthetic.PALETTE["blue"]
-    image[0, :] = synthetic.PALETTE["red"]
-    blue = np.asarray(synthetic.PALETTE["blue"], dtype=np.float32)
+    image[...] = shape_domain.PALETTE["blue"]
+    image[0, :] = shape_domain.PALETTE["red"]
+    blue = np.asarray(shape_domain.PALETTE["blue"], dtype=np.float32)
     direction = np.array([1.0, 0.0, 0.0]) if blue[0] < 128 else np.array([-1.0, 0.0, 0.0])
     image[3, 3] = blue + 60 * direction
     _, details = reward.score([image], ["a red square on a blue background"])
     purity = (4 + 11 + 0.5) / 16
     f_bg = (11 + 0.5) / 16
-    a_min, a_max = synthetic.area_fraction_range("square")
+    a_min, a_max = shape_domain.area_fraction_range("square")
     presence = min(1, (4 / 16) / (a_min / 2)) * min(1, f_bg / (1 - a_max))
     assert details[0]["purity"] == pytest.approx(purity)
     assert details[0]["presence"] == pytest.approx(presence)
@@ -61,7 +62,7 @@ def test_hand_computed_value(reward):
 
 
 def test_one_colour_alone_scores_zero(reward):
-    flat = np.zeros((8, 8, 3), dtype=np.uint8) + np.asarray(synthetic.PALETTE["blue"], dtype=np.uint8)
+    flat = np.zeros((8, 8, 3), dtype=np.uint8) + np.asarray(shape_domain.PALETTE["blue"], dtype=np.uint8)
     scores, _ = reward.score([flat], ["a red circle on a blue background"])
     assert scores[0] == 0.0
 
@@ -75,3 +76,11 @@ def test_check_prompts_names_bad_prompt(reward):
 def test_registered():
     from rewardloop.rewards.base import build_reward
     assert build_reward("color_match").name == "color_match"
+
+
+def test_the_reward_takes_the_domain_from_its_neutral_module_not_from_the_models_wing():
+    from test_import_cycles import graph
+
+    imported = graph()["rewardloop.rewards.color_match"]
+    assert "rewardloop.shape_domain" in imported
+    assert not [m for m in imported if m.startswith("rewardloop.models")], imported

@@ -13,6 +13,7 @@ from PIL import Image
 
 from rewardloop import best
 from rewardloop.artifacts import write_table
+from rewardloop.monitors import guard, history
 from rewardloop.monitors import image_health as ih
 from rewardloop.monitors.guard import gold_breaches, health_breaches, verdict
 from rewardloop.monitors.history import rows
@@ -150,6 +151,22 @@ def test_history_reads_every_folder(run_folder):
     assert [r["guard"] for r in table] == [None, "ok", "breach: diversity_ratio", "ok", "stopped: diversity_ratio"]
     assert [r["breached"] for r in table] == [False, False, True, False, True]
     assert table[1]["diversity"] == BASE["diversity"]
+
+
+def test_the_end_of_run_line_names_every_breached_iteration(run_folder, capsys):
+    line = history.report(run_folder)
+    assert line == (f"rewardloop: REWARD-HACKING GUARD: breaches in {run_folder} at iteration 1: diversity_ratio; "
+                    "iteration 3: diversity_ratio (details: iter_XXX/guard.json or guard_stopped.json, "
+                    "report/health.png)")
+    assert capsys.readouterr().err == line + "\n"
+    assert guard.report is history.report  # the Snakefile's name for it
+    assert history.report(run_folder.parent / "empty") is None
+
+
+def test_a_verdict_reads_the_same_in_the_summary_and_in_mlflow():
+    breach = verdict(4, health_breaches(GUARD, BASE, {**BASE, "diversity": 0.0}), stop=False)
+    assert history.guard_cell(breach) == "breach: diversity_ratio"  # summary's column, the rewardloop.guard tag
+    assert history.guard_cell(verdict(4, [], stop=False)) == "ok" and history.guard_cell({}) is None
 
 
 def test_best_by_eval_and_by_gold_with_and_without_the_guard(run_folder):

@@ -44,8 +44,9 @@ def test_summary_rows_of_a_real_run(results):
     assert it0["reward_mean"] == score["rollout/reward/raw_mean"] and it0["reward_std"] == score["rollout/reward/raw_std"]
     assert it0["final_loss"] == train["history"][-1]["train/loss"]
     assert it0["pairs"] == json.loads((results / "iter_000/metrics/pairs.json").read_text())["pairs/count"]
-    assert all(it0[f"{s}_s"] is not None and it0[f"{s}_s"] >= 0 for s in summary.STAGES)
-    assert it0["total_s"] == pytest.approx(sum(it0[f"{s}_s"] for s in summary.STAGES if s != "eval"))
+    path = summary.training_path("pairs")  # DPO's
+    assert all(it0[f"{s}_s"] is not None and it0[f"{s}_s"] >= 0 for s in (*path, "eval"))
+    assert it0["advantages_s"] is None and it0["total_s"] == pytest.approx(sum(it0[f"{s}_s"] for s in path))
 
 
 @pytest.mark.workflow
@@ -56,15 +57,15 @@ def test_summary_cli_formats(results, fmt):
     assert out.returncode == 0, out.stderr
     if fmt == "table":  # the names of the CSV and JSON, in their order
         lines = out.stdout.splitlines()
-        assert lines[0].split() == summary.COLUMNS and lines[2].split()[0] == "base" and lines[3].split()[0] == "0"
-        cells = dict(zip(summary.COLUMNS, lines[3].split()))
+        assert lines[0].split() == summary.columns() and lines[2].split()[0] == "base" and lines[3].split()[0] == "0"
+        cells = dict(zip(summary.columns(), lines[3].split()))
         assert float(cells["reward_mean"]) == pytest.approx(summary.rows(results)[1]["reward_mean"], abs=1e-4)
     elif fmt == "csv":
         table = list(csv.DictReader(io.StringIO(out.stdout)))
         assert [r["iteration"] for r in table] == ["-1", "0"] and table[0]["reward_mean"] == ""
     else:
         table = json.loads(out.stdout)
-        assert [r["iteration"] for r in table] == [-1, 0] and all(list(r) == summary.COLUMNS for r in table)
+        assert [r["iteration"] for r in table] == [-1, 0] and all(list(r) == summary.columns() for r in table)
 
 
 @pytest.mark.workflow
@@ -110,3 +111,29 @@ def test_summary_handles_missing_files_and_benchmarks(tmp_path):
     assert dict(zip(header.split(), row.split()))["reward_std"] == "0.5000"
     with pytest.raises(FileNotFoundError):
         summary.rows(tmp_path / "nope")
+
+
+def test_total_s_counts_the_advantages_stage_of_an_advantage_objective(tmp_path):
+    """GRPO, NFT and AWM learn from advantages.parquet where DPO learns from pairs.parquet: the stage
+    that makes it is on their training path, and in the iteration's total."""
+    benchmarks = tmp_path / "benchmarks/iter_000"
+    benchmarks.mkdir(parents=True)
+    seconds = {"generate": 10.0, "score": 5.0, "advantages": 2.0, "train": 30.0, "export": 1.0, "eval": 7.0}
+    for stage, s in seconds.items():
+        (benchmarks / f"{stage}.tsv").write_text(f"s\th:m:s\n{s}\t0:00:{s:02.0f}\n")
+    (tmp_path / "iter_000/metrics").mkdir(parents=True)
+    (tmp_path / "iter_000/metrics/advantages.json").write_text('{"advantages/samples": 8}')
+    (row,) = summary.rows(tmp_path)
+    assert row["total_s"] == 48.0  # all but eval
+    assert row["advantages_s"] == 2.0 and row["pairs_s"] is None and row["eval_s"] == 7.0
+    header, _, line = summary.render(tmp_path).splitlines()
+    assert dict(zip(header.split(), line.split()))["advantages_s"] == "2.0"
+
+
+def test_every_objectives_training_path_is_among_the_summary_stages():
+    from rewardloop.objectives import OBJECTIVES
+
+    for name, objective in OBJECTIVES.items():
+        path = summary.training_path(objective.signal)
+        assert set(path) <= set(summary.on_training_paths()) and "eval" not in path, name
+    assert summary.stages() == ("generate", "score", "advantages", "pairs", "train", "export", "eval")

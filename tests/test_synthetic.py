@@ -3,20 +3,32 @@ import itertools
 import numpy as np
 import pytest
 
+from rewardloop import shape_domain
 from rewardloop.models import synthetic
 
 
 def test_captions_parse_back():
     for shape, fg, bg in synthetic.all_combos():
-        assert synthetic.parse_caption(synthetic.caption(shape, fg, bg)) == (shape, fg, bg)
-    assert synthetic.parse_caption("  A Red circle on  blue background. ") == ("circle", "red", "blue")
+        assert shape_domain.parse_caption(shape_domain.caption(shape, fg, bg)) == (shape, fg, bg)
+    assert shape_domain.parse_caption("  A Red circle on  blue background. ") == ("circle", "red", "blue")
 
 
 @pytest.mark.parametrize("bad", ["a red circle", "a pink circle on a blue background",
                                  "a red circle on a red background", "a red star on a blue background", ""])
 def test_parse_rejects_and_names_prompt(bad):
     with pytest.raises(ValueError, match="prompt"):
-        synthetic.parse_caption(bad)
+        shape_domain.parse_caption(bad)
+
+
+def test_drawn_shapes_cover_the_area_fractions_the_domain_states():
+    """color_match's presence term reads the shapes' area range from shape_domain: the renders keep to it."""
+    rng = np.random.default_rng(0)
+    for shape in shape_domain.SHAPES:
+        a_min, a_max = shape_domain.area_fraction_range(shape)
+        for _ in range(20):
+            image = np.asarray(synthetic.render(shape, "red", "blue", size=64, rng=rng))
+            fraction = (image == shape_domain.PALETTE["red"]).all(axis=-1).mean()
+            assert a_min - 0.03 <= fraction <= a_max + 0.03, (shape, fraction)
 
 
 def test_split_holds_out_combinations():

@@ -581,3 +581,20 @@ def test_retry_backs_off_on_locked_database_only():
     assert tracking.retry(flaky, base_delay=0.001) == "done" and len(calls) == 3
     with pytest.raises(ValueError):
         tracking.retry(lambda: (_ for _ in ()).throw(ValueError("other")), base_delay=0.001)
+
+
+def test_the_training_curves_step_by_the_optimizer_steps_the_train_stage_took(tmp_path):
+    """GRPO, NFT and AWM plan their optimizer steps from the data, not from train.steps: iteration 1 of
+    a run whose train stage took 6 steps (train.steps 4) logs its curves at global steps 6 to 11, as
+    the rule asks (steps_per_iteration None); DPO's 4 steps of 4 still join at 4 to 7."""
+    def train_json(steps: int) -> dict:
+        history = [{"step": i, "train/loss": 0.5 - 0.01 * i, "lr": 1e-4, "time": 0.25} for i in range(steps)]
+        path = tmp_path / f"train_{steps}.json"
+        path.write_text(json.dumps({"iteration": 1, "steps": steps, "history": history, "resumed_from_step": 0}))
+        return {"train": str(path)}
+
+    points, curve = tracking.iteration_points(1, train_json(6), {}, {}, None)
+    assert sorted(p[3] for p in curve if p[0] == "train/loss") == list(range(6, 12))
+    assert ("train/steps", 6.0) in [(p[0], p[1]) for p in points] and {p[3] for p in points} == {1}
+    _, curve = tracking.iteration_points(1, train_json(4), {}, {}, None)
+    assert sorted(p[3] for p in curve if p[0] == "train/loss") == [4, 5, 6, 7]

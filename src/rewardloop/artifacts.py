@@ -198,6 +198,14 @@ def benchmark_seconds(path: str | os.PathLike) -> float | None:
         return None
 
 
+def json_or_empty(path: str | os.PathLike) -> dict:
+    """A JSON file's content; {} when it is missing or unreadable (a stage that has not run, or not yet)."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
 def write_json(obj, path: str | os.PathLike) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")

@@ -23,7 +23,7 @@ from pathlib import Path
 from statistics import mean, stdev
 from typing import Iterable, Mapping
 
-from rewardloop.artifacts import benchmark_seconds
+from rewardloop.artifacts import benchmark_seconds, json_or_empty
 from rewardloop.text_tables import add_table_command, aligned, csv_text
 
 COLUMNS = ["experiment", "iteration", "seeds", "eval_mean", "eval_ci95", "eval_gain", "eval_min", "eval_max",
@@ -32,13 +32,6 @@ GUIDANCE_STATISTICS = ("mean", "ci95", "gain")  # the columns of each further ev
 # Job benchmarks of an iteration that are not on its training path, or watch it rather than make it
 # (the monitors of rules/monitors.smk and the preflight gate): an objective's cost leaves them out.
 OFF_PATH_JOBS = ("eval", "grids", "tracking", "health", "guard", "rescore_", "monitors_tracking", "preflight")
-
-
-def _json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
 
 
 def ci95(values: list[float]) -> float | None:
@@ -92,7 +85,7 @@ def columns(guidance_names=()) -> list[str]:
 
 
 def _guidance_means(folder: Path, names) -> dict[str, float | None]:
-    return {name: _json(folder / "metrics" / f"{name}.json").get(f"{name}/reward/mean") for name in names}
+    return {name: json_or_empty(folder / "metrics" / f"{name}.json").get(f"{name}/reward/mean") for name in names}
 
 
 def run_curve(folder: Path, guidance_names=()) -> list[dict]:
@@ -100,8 +93,8 @@ def run_curve(folder: Path, guidance_names=()) -> list[dict]:
     one is missing) and the cumulative cost up to each."""
     points, rollouts, train_s, wall_s = [], 0, 0.0, 0.0
     it = 0
-    while (eval_metrics := _json(folder / f"iter_{it:03d}" / "metrics" / "eval.json")).get("eval/reward/mean") is not None:
-        rollouts += int(_json(folder / f"iter_{it:03d}" / "metrics" / "generate.json").get("samples") or 0)
+    while (eval_metrics := json_or_empty(folder / f"iter_{it:03d}" / "metrics" / "eval.json")).get("eval/reward/mean") is not None:
+        rollouts += int(json_or_empty(folder / f"iter_{it:03d}" / "metrics" / "generate.json").get("samples") or 0)
         train, path = _job_seconds(folder, it)
         train_s, wall_s = train_s + train, wall_s + path
         points.append({"iteration": it, "eval_mean": eval_metrics["eval/reward/mean"], "rollouts": rollouts,
@@ -131,7 +124,7 @@ def rows(results, only: Mapping[str, Iterable[int]] | None = None) -> list[dict]
     ``only``: as for :func:`find_runs`."""
     results = Path(results)
     runs = find_runs(results, only)
-    base = _json(results / "base" / "metrics" / "eval.json").get("eval/reward/mean")
+    base = json_or_empty(results / "base" / "metrics" / "eval.json").get("eval/reward/mean")
     names = guidance_eval_names(results)
     base_guidance = _guidance_means(results / "base", names)
     out = []

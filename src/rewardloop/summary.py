@@ -7,18 +7,16 @@ it works on a run that is still going.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
 from pathlib import Path
 
-from rewardloop.artifacts import benchmark_seconds
+from rewardloop.artifacts import benchmark_seconds, json_or_empty
 from rewardloop.monitors.history import guard_cell, guard_status
 from rewardloop.text_tables import add_table_command, aligned, csv_text
 
-STAGES = ("generate", "score", "pairs", "train", "export", "eval")
-COLUMNS = ["iteration", "reward_mean", "reward_std", "eval_mean", "pairs", "final_loss", "final_acc",
-           *[f"{stage}_s" for stage in STAGES], "total_s", "guard"]
 COLUMNS_HELP = """One line per iteration, the base model's eval first (iteration -1, "base" in the table):
   reward_mean, reward_std  the combined rollout reward of the iteration
   eval_mean                the mean eval reward of the iteration's model
@@ -27,11 +25,32 @@ COLUMNS_HELP = """One line per iteration, the base model's eval first (iteration
   guard                    the reward-hacking guard's verdict: ok, breach or stopped, with the thresholds passed"""
 
 
-def _json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
+def training_path(signal: str) -> tuple[str, ...]:
+    """An iteration's stages on the training path of an objective learning from ``signal`` (its
+    ``Objective.signal``: the pairs or advantages stage makes that table), in DAG order. Eval is not
+    on it: it runs beside the loop."""
+    return ("generate", "score", signal, "train", "export")
+
+
+@functools.cache
+def on_training_paths() -> tuple[str, ...]:
+    """The stages on the training path of any registered objective, in DAG order (an iteration has the
+    signal stage of its objective only: pairs or advantages)."""
+    from rewardloop.objectives import OBJECTIVES  # imports torch: only once a table is made
+
+    signals = sorted({objective.signal for objective in OBJECTIVES.values()})
+    paths = [training_path(signal) for signal in signals]  # the same length: merged position by position
+    return tuple(dict.fromkeys(stage for same_position in zip(*paths) for stage in same_position))
+
+
+def stages() -> tuple[str, ...]:
+    """The stages of the summary's ``<stage>_s`` columns: those on the training paths, then eval."""
+    return (*on_training_paths(), "eval")
+
+
+def columns() -> list[str]:
+    return ["iteration", "reward_mean", "reward_std", "eval_mean", "pairs", "final_loss", "final_acc",
+            *[f"{stage}_s" for stage in stages()], "total_s", "guard"]
 
 
 def _iterations(results: Path) -> list[int]:
@@ -45,18 +64,18 @@ def rows(results) -> list[dict]:
     if not results.is_dir():
         raise FileNotFoundError(f"{results}: not a folder")
     out = []
-    base = _json(results / "base/metrics/eval.json")
+    base = json_or_empty(results / "base/metrics/eval.json")
     if base:
-        row = dict.fromkeys(COLUMNS)
+        row = dict.fromkeys(columns())
         row.update(iteration=-1, eval_mean=base.get("eval/reward/mean"),
                    eval_s=benchmark_seconds(results / "benchmarks/base/eval.tsv") or base.get("perf/eval_time"))
         row["total_s"] = row["eval_s"]
         out.append(row)
     for it in _iterations(results):
         folder = results / f"iter_{it:03d}"
-        metrics = {stage: _json(folder / "metrics" / f"{stage}.json") for stage in STAGES}
+        metrics = {stage: json_or_empty(folder / "metrics" / f"{stage}.json") for stage in stages()}
         history = metrics["train"].get("history") or []
-        row = dict.fromkeys(COLUMNS)
+        row = dict.fromkeys(columns())
         row.update(
             iteration=it,
             reward_mean=metrics["score"].get("rollout/reward/raw_mean"),
@@ -68,13 +87,12 @@ def rows(results) -> list[dict]:
         )
         fallback = {"generate": "perf/rollout_time", "score": "perf/score_time", "train": "perf/train_time",
                     "eval": "perf/eval_time"}
-        for stage in STAGES:
+        for stage in stages():
             seconds = benchmark_seconds(results / "benchmarks" / f"iter_{it:03d}" / f"{stage}.tsv")
             if seconds is None and stage in fallback:
                 seconds = metrics[stage].get(fallback[stage])
             row[f"{stage}_s"] = seconds
-        # eval runs beside the loop: the iteration's time on the training path excludes it
-        loop = [row[f"{s}_s"] for s in STAGES if s != "eval" and row[f"{s}_s"] is not None]
+        loop = [row[f"{s}_s"] for s in on_training_paths() if row[f"{s}_s"] is not None]
         row["total_s"] = sum(loop) if loop else None
         row["guard"] = guard_cell(guard_status(folder))
         out.append(row)
@@ -95,11 +113,11 @@ def _cell(value, column) -> str:
 
 def format_table(table: list[dict]) -> str:
     """An aligned table with the names of the CSV and JSON (``iteration`` -1 reads ``base``)."""
-    return aligned(COLUMNS, [[_cell(row[column], column) for column in COLUMNS] for row in table])
+    return aligned(columns(), [[_cell(row[column], column) for column in columns()] for row in table])
 
 
 def format_csv(table: list[dict]) -> str:
-    return csv_text(table, COLUMNS).rstrip("\n")
+    return csv_text(table, columns()).rstrip("\n")
 
 
 def render(results, fmt: str = "table") -> str:
@@ -129,9 +147,9 @@ def plot_curves(base_eval, score_files, eval_files, train_files, steps_per_itera
     from rewardloop.artifacts import atomic_path
 
     its = list(range(len(score_files)))
-    scores = [_json(Path(p)) for p in score_files]
-    evals = [_json(Path(p)) for p in eval_files]
-    base = _json(Path(base_eval))
+    scores = [json_or_empty(p) for p in score_files]
+    evals = [json_or_empty(p) for p in eval_files]
+    base = json_or_empty(base_eval)
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 7), constrained_layout=True)
     mean = [s.get("rollout/reward/raw_mean", float("nan")) for s in scores]
     std = [s.get("rollout/reward/raw_std", 0.0) for s in scores]
@@ -151,7 +169,7 @@ def plot_curves(base_eval, score_files, eval_files, train_files, steps_per_itera
     top.grid(alpha=0.3)
     steps, loss, acc = [], [], []
     for it, path in enumerate(train_files):
-        for i, record in enumerate(_json(Path(path)).get("history") or []):
+        for i, record in enumerate(json_or_empty(path).get("history") or []):
             steps.append(it * steps_per_iteration + int(record.get("step", i)))
             loss.append(record.get("train/loss", float("nan")))
             acc.append(record.get("train/implicit_acc", float("nan")))

@@ -61,10 +61,10 @@ from rewardloop import __version__
 from rewardloop.models import loading as models
 from rewardloop.artifacts import benchmark_seconds, write_json
 from rewardloop.experiments import RUN_KEY as FANOUT_RUN_KEY
+from rewardloop.monitors.history import guard_cell
 
 DEFAULT_TRACKING_URI = "sqlite:///results/mlflow.db"
 ENV_TRACKING_URI = "MLFLOW_TRACKING_URI"
-STAGES = ("generate", "score", "pairs", "train", "export", "eval")
 QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
 TAG_ROLE, TAG_PARENT, TAG_ITERATION = "rewardloop.role", "rewardloop.parent_run_id", "rewardloop.iteration"
 TAG_EXPERIMENT, TAG_SEED = "rewardloop.experiment", "rewardloop.seed"  # a fan-out's run (rewardloop.experiments)
@@ -412,7 +412,8 @@ def train_curve(history: list[Mapping], iteration: int, steps_per_iteration: int
     """[(key, value, timestamp_ms, global_step)] of a train.json history.
 
     Global step = iteration * steps_per_iteration + step, so the curves of consecutive iterations
-    join; timestamps are reconstructed backwards from the file's mtime with the per-step times.
+    join (when each iteration takes as many steps); timestamps are reconstructed backwards from the
+    file's mtime with the per-step times.
     """
     points = []
     remaining = [float(h.get("time") or 0.0) for h in history]
@@ -590,9 +591,17 @@ def find_or_create_child(mlflow_client, parent: Mapping, iteration: int, start_m
     return run.info.run_id
 
 
+def steps_taken(train_metrics: Mapping) -> int:
+    """The optimizer steps the train stage took (train.json's ``steps``: its history's length). Not
+    ``train.steps``: GRPO, NFT and AWM plan theirs from the data (samples, batch size, inner epochs)."""
+    return int(train_metrics.get("steps", len(train_metrics.get("history") or [])))
+
+
 def iteration_points(iteration: int, metrics_files: Mapping[str, str], tables: Mapping[str, str],
-                     benchmarks: Mapping[str, str], steps_per_iteration: int):
-    """(per-iteration points at step=iteration, training-curve points at global steps, summary)."""
+                     benchmarks: Mapping[str, str], steps_per_iteration: int | None = None):
+    """(per-iteration points at step=iteration, training-curve points at global steps).
+
+    ``steps_per_iteration``: the global step's stride; None: the optimizer steps the train stage took."""
     points, curve = [], []
     wall_total = 0.0
     for stage, path in metrics_files.items():
@@ -600,7 +609,8 @@ def iteration_points(iteration: int, metrics_files: Mapping[str, str], tables: M
         ts = _mtime_ms(path)
         points += [(k, v, ts, iteration) for k, v in stage_metrics(stage, metrics).items()]
         if stage == "train" and metrics.get("history"):
-            curve = train_curve(metrics["history"], iteration, steps_per_iteration, ts)
+            stride = steps_taken(metrics) if steps_per_iteration is None else steps_per_iteration
+            curve = train_curve(metrics["history"], iteration, stride, ts)
         bench = benchmark_seconds(benchmarks.get(stage, ""))
         if bench is not None:
             points.append((f"perf/wall/{stage}", bench, ts, iteration))
@@ -616,9 +626,10 @@ def iteration_points(iteration: int, metrics_files: Mapping[str, str], tables: M
 
 
 def track_iteration(run_json, iteration: int, metrics_files: Mapping[str, str], tables: Mapping[str, str],
-                    grids: Mapping[str, str], benchmarks: Mapping[str, str], steps_per_iteration: int,
+                    grids: Mapping[str, str], benchmarks: Mapping[str, str], steps_per_iteration: int | None,
                     marker_path) -> dict:
-    """Rule track_iteration: log one iteration into its child run (and the curves into the parent)."""
+    """Rule track_iteration: log one iteration into its child run (and the curves into the parent);
+    ``steps_per_iteration`` as for :func:`iteration_points` (the rule passes None)."""
     marker = {"status": "ok", "iteration": iteration}
     started = time.perf_counter()
     try:
@@ -631,8 +642,7 @@ def track_iteration(run_json, iteration: int, metrics_files: Mapping[str, str], 
         run_id = find_or_create_child(mlflow_client, parent, iteration, start_ms)
         marker["run_id"] = run_id
         retry(mlflow_client.update_run, run_id, status="RUNNING")
-        _log(mlflow_client, run_id, metrics=points + curve,
-             params={"iteration": str(iteration), "steps_per_iteration": str(steps_per_iteration)})
+        _log(mlflow_client, run_id, metrics=points + curve, params={"iteration": str(iteration)})
         _log(mlflow_client, parent["run_id"], metrics=points + curve)
         marker["artifacts"] = _log_artifacts(mlflow_client, parent["tracking_uri"], run_id, grids)
         retry(mlflow_client.set_terminated, run_id, "FINISHED", end_time=end_ms)
@@ -701,12 +711,6 @@ def monitor_points(iteration: int, health_path, gold_paths: Iterable[str]) -> li
     return points + [p for path in gold_paths for p in _gold_points(path, iteration)]
 
 
-def guard_tag(verdict_path) -> str:
-    verdict = json.loads(Path(verdict_path).read_text())
-    checks = ", ".join(b["check"] for b in verdict["breaches"])
-    return f"breach: {checks}" if checks else "ok"
-
-
 def _log_to_parent_and_child(parent: Mapping, iteration: int, points: list, child_tags: Mapping) -> None:
     """``points`` into the parent run and the iteration's child run (none for the base model, -1); the
     child gets ``child_tags``, the parent a guard breach as ``iteration N breach: ...``."""
@@ -737,7 +741,7 @@ def track_monitors(run_json, iteration: int, health_path, gold_paths: list[str],
         parent = _parent(run_json)
         marker.update(tracking_uri=parent["tracking_uri"], parent_run_id=parent["run_id"])
         points = monitor_points(iteration, health_path, gold_paths)
-        tags = {TAG_GUARD: guard_tag(verdict_path)} if verdict_path else {}
+        tags = {TAG_GUARD: guard_cell(json.loads(Path(verdict_path).read_text()))} if verdict_path else {}
         _log_to_parent_and_child(parent, iteration, points, tags)
         marker.update(metrics=sorted({p[0] for p in points}), tags=tags)
         print(f"tracking: monitors of {'the base model' if iteration < 0 else f'iteration {iteration}'}: "

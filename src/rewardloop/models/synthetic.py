@@ -1,8 +1,9 @@
 """A synthetic captioned image domain: one coloured shape on a flat coloured background.
 
-Captions read ``"a red circle on a blue background"``. The domain is small enough to pretrain a
-tiny text-to-image model on two CPU cores in minutes, and its prompt adherence can be scored
-exactly from pixel colours (see ``rewardloop.rewards.color_match``).
+Captions read ``"a red circle on a blue background"`` (its colours, shapes and captions:
+``rewardloop.shape_domain``). The domain is small enough to pretrain a tiny text-to-image model on
+two CPU cores in minutes, and its prompt adherence can be scored exactly from pixel colours (see
+``rewardloop.rewards.color_match``).
 
 ``split_prompts(seed)`` holds out one shape of every (foreground, background) colour pair: every
 eval prompt is a (shape, colour, background) combination never seen in training, while its colour
@@ -13,82 +14,20 @@ pair and its shape each appear in training (in other combinations), and the eval
 from __future__ import annotations
 
 import itertools
-import re
 from pathlib import Path
 from typing import Iterator, Sequence
 
 import numpy as np
 from PIL import Image, ImageDraw
 
-# Well-separated palette (RGB, 0-255); the minimum pairwise distance is about 120.
-PALETTE: dict[str, tuple[int, int, int]] = {
-    "red": (220, 30, 30),
-    "green": (30, 170, 50),
-    "blue": (30, 60, 220),
-    "yellow": (245, 225, 40),
-    "purple": (140, 40, 170),
-    "cyan": (40, 210, 225),
-    "white": (245, 245, 245),
-    "black": (15, 15, 15),
-}
-COLORS: tuple[str, ...] = tuple(PALETTE)
-SHAPES: tuple[str, ...] = ("circle", "square", "triangle")
-# Jitter range of the shape's half-extent, as a fraction of the image side.
-HALF_EXTENT_RANGE = (0.2, 0.3)
+from rewardloop.shape_domain import COLORS, HALF_EXTENT_RANGE, PALETTE, SHAPES, caption, parse_caption, validate
+
 PROMPT_DIR = Path(__file__).resolve().parents[3] / "resources" / "prompts"
-
-_CAPTION_RE = re.compile(
-    r"^\s*(?:an?\s+)?([a-z]+)\s+([a-z]+)\s+on\s+(?:an?\s+)?([a-z]+)\s+background\s*[.!]?\s*$"
-)
-
-
-def caption(shape: str, fg: str, bg: str) -> str:
-    """``caption("circle", "red", "blue") == "a red circle on a blue background"``."""
-    _check(shape, fg, bg)
-    return f"a {fg} {shape} on a {bg} background"
-
-
-def parse_caption(prompt: str) -> tuple[str, str, str]:
-    """Inverse of ``caption``: return ``(shape, fg, bg)``; tolerant of case, spacing, articles."""
-    match = _CAPTION_RE.match(str(prompt).lower())
-    if match is None:
-        raise ValueError(f"prompt {prompt!r} is not a synthetic caption like {caption(*_EXAMPLE)!r}")
-    fg, shape, bg = match.groups()
-    try:
-        _check(shape, fg, bg)
-    except ValueError as exc:
-        raise ValueError(f"prompt {prompt!r}: {exc}") from None
-    return shape, fg, bg
-
-
-def _check(shape: str, fg: str, bg: str) -> None:
-    if shape not in SHAPES:
-        raise ValueError(f"unknown shape {shape!r}; expected one of {', '.join(SHAPES)}")
-    for colour in (fg, bg):
-        if colour not in PALETTE:
-            raise ValueError(f"unknown colour {colour!r}; expected one of {', '.join(COLORS)}")
-    if fg == bg:
-        raise ValueError(f"shape and background have the same colour {fg!r}")
-
-
-_EXAMPLE = ("circle", "red", "blue")
-
-
-def shape_area_fraction(shape: str, half_extent: float) -> float:
-    """Area of ``shape`` with the given half-extent, as a fraction of the image area."""
-    factor = {"circle": np.pi, "square": 4.0, "triangle": 2.0}[shape]
-    return float(factor * half_extent**2)
-
-
-def area_fraction_range(shape: str) -> tuple[float, float]:
-    """Smallest and largest area fraction ``render`` can give ``shape`` (before pixelisation)."""
-    low, high = HALF_EXTENT_RANGE
-    return shape_area_fraction(shape, low), shape_area_fraction(shape, high)
 
 
 def render(shape: str, fg: str, bg: str, size: int = 32, rng: np.random.Generator | None = None):
     """Draw one ``fg`` shape with jittered size and position on a flat ``bg`` background."""
-    _check(shape, fg, bg)
+    validate(shape, fg, bg)
     rng = rng if rng is not None else np.random.default_rng()
     half = rng.uniform(*HALF_EXTENT_RANGE) * size
     cx, cy = rng.uniform(half, size - half, size=2)

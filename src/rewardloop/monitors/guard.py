@@ -2,6 +2,8 @@
 
 Each threshold of the ``guard`` config is one check; a check that finds the iteration past its
 threshold is a *breach*, with the figures that show it. Thresholds set to null are not checked.
+Pure: figures in, breaches and the verdict out. Its files and how a verdict reads are in
+:mod:`rewardloop.monitors.history`.
 """
 
 from __future__ import annotations
@@ -10,8 +12,8 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Mapping
 
-VERDICT_FILE = "guard.json"  # iter_XXX/guard.json: the guard job's output
-STOPPED_FILE = "guard_stopped.json"  # the verdict of a guard that stopped the run (its job failed, so no guard.json)
+# Their names here before the guard became pure, still used by the Snakefile's onsuccess and stages/guard.py.
+from rewardloop.monitors.history import STOPPED_FILE, VERDICT_FILE, report  # noqa: F401
 
 # (config key, health statistic, how the iteration's value is compared with the base's)
 RISES = (("dark_fraction_rise", "dark_fraction"), ("bright_fraction_rise", "bright_fraction"))
@@ -76,24 +78,3 @@ def verdict(iteration: int, breaches: list[Breach], stop: bool) -> dict:
     """What guard.json holds."""
     return {"iteration": iteration, "status": "breach" if breaches else "ok", "stop": stop,
             "breaches": [asdict(b) for b in breaches]}
-
-
-def breach_line(verdict: Mapping) -> str:
-    checks = ", ".join(b["check"] for b in verdict["breaches"])
-    return f"iteration {verdict['iteration']}: {checks}" if checks else f"iteration {verdict['iteration']}: ok"
-
-
-def report(results, file=None) -> str | None:
-    """One loud line on stderr naming every iteration of ``results`` whose guard found a breach."""
-    import sys
-
-    from rewardloop.monitors.history import folders, guard_status
-
-    verdicts = [guard_status(folder) for iteration, folder in folders(results) if iteration >= 0]
-    breached = [v for v in verdicts if v.get("status") in ("breach", "stopped")]
-    if not breached:
-        return None
-    line = (f"rewardloop: REWARD-HACKING GUARD: breaches in {results} at " + "; ".join(map(breach_line, breached))
-            + " (details: iter_XXX/guard.json or guard_stopped.json, report/health.png)")
-    print(line, file=file or sys.stderr)
-    return line

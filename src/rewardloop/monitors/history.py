@@ -5,24 +5,26 @@ Row per folder (the base model first, iteration -1): ``eval_reward`` (the traine
 images), each image-health statistic of the eval images (and ``rollout_<statistic>`` of the
 rollouts), ``gold_<name>`` (each gold reward's eval mean) and ``guard`` (ok, stopped or breach, with
 the checks).
+
+The guard's verdicts (:func:`rewardloop.monitors.guard.verdict`) are read and written out here only:
+``guard_cell`` is how the summary's column and MLflow's ``rewardloop.guard`` tag show one, ``report``
+the end-of-run line naming every breach.
 """
 
 from __future__ import annotations
 
-import json
 import re
+import sys
 from pathlib import Path
+from typing import Mapping
 
 import pyarrow.parquet as pq
 
-from rewardloop.monitors.guard import STOPPED_FILE, VERDICT_FILE
+from rewardloop.artifacts import json_or_empty
 
-
-def _json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
+VERDICT_FILE = "guard.json"  # iter_XXX/guard.json: the guard job's output
+STOPPED_FILE = "guard_stopped.json"  # the verdict of a guard that stopped the run (its job failed, so no guard.json)
+_json = json_or_empty  # the name rewardloop.best imports from here
 
 
 def folders(results) -> list[tuple[int, Path]]:
@@ -48,7 +50,7 @@ def gold_values(folder: Path) -> dict[str, float]:
     """{gold_<name>: eval mean} of the folder's rescore/<name>.json files."""
     out = {}
     for path in sorted((folder / "rescore").glob("*.json")):
-        mean = _json(path).get(f"gold/{path.stem}/mean")
+        mean = json_or_empty(path).get(f"gold/{path.stem}/mean")
         if mean is not None:
             out[f"gold_{path.stem}"] = mean
     return out
@@ -56,25 +58,44 @@ def gold_values(folder: Path) -> dict[str, float]:
 
 def guard_status(folder: Path) -> dict:
     """guard.json, else guard_stopped.json (marked stopped), else {}."""
-    verdict = _json(folder / VERDICT_FILE)
+    verdict = json_or_empty(folder / VERDICT_FILE)
     if not verdict:
-        verdict = _json(folder / STOPPED_FILE)
+        verdict = json_or_empty(folder / STOPPED_FILE)
         if verdict:
             verdict["status"] = "stopped"
     return verdict
 
 
-def guard_cell(verdict: dict) -> str | None:
+def guard_checks(verdict: Mapping) -> str:
+    """The checks a verdict found breached, comma-separated ("" when none)."""
+    return ", ".join(b["check"] for b in verdict.get("breaches", []))
+
+
+def guard_cell(verdict: Mapping) -> str | None:
+    """``ok``, ``breach: <checks>`` or ``stopped: <checks>``; None without a verdict."""
     if not verdict:
         return None
-    checks = ", ".join(b["check"] for b in verdict.get("breaches", []))
+    checks = guard_checks(verdict)
     return verdict["status"] + (f": {checks}" if checks else "")
+
+
+def report(results, file=None) -> str | None:
+    """One loud line on stderr naming every iteration of ``results`` whose guard found a breach."""
+    verdicts = [guard_status(folder) for iteration, folder in folders(results) if iteration >= 0]
+    breached = [v for v in verdicts if v.get("status") in ("breach", "stopped")]
+    if not breached:
+        return None
+    line = (f"rewardloop: REWARD-HACKING GUARD: breaches in {results} at "
+            + "; ".join(f"iteration {v['iteration']}: {guard_checks(v) or 'ok'}" for v in breached)
+            + " (details: iter_XXX/guard.json or guard_stopped.json, report/health.png)")
+    print(line, file=file or sys.stderr)
+    return line
 
 
 def rows(results) -> list[dict]:
     out = []
     for iteration, folder in folders(results):
-        metrics = _json(folder / "metrics/eval.json")
+        metrics = json_or_empty(folder / "metrics/eval.json")
         verdict = guard_status(folder)
         out.append({"iteration": iteration, "eval_reward": metrics.get("eval/reward/mean"),
                     **health_values(folder / "health.parquet"), **gold_values(folder),

@@ -2,10 +2,10 @@
 
 For a prompt ``"a <fg> <shape> on a <bg> background"`` each pixel ``p`` gets a soft membership in
 each named colour, ``m_c(p) = max(0, 1 - |p - c| / max_distance)`` (Euclidean RGB distance to the
-palette colour, ``rewardloop.models.synthetic.PALETTE``; ``max_distance`` 120 is about the smallest
+palette colour, ``rewardloop.shape_domain.PALETTE``; ``max_distance`` 120 is about the smallest
 separation of two palette colours). With ``F`` and ``B`` the mean memberships in the shape and
 background colours and ``[a_min, a_max]`` the range of area fractions the shape has in the
-training renders (``synthetic.area_fraction_range``)::
+training renders (``shape_domain.area_fraction_range``)::
 
     purity   = mean_p max(m_fg(p), m_bg(p))                      how much of the image is in the named colours
     presence = min(1, F / (a_min / 2)) * min(1, B / (1 - a_max))    both colours really present
@@ -26,7 +26,7 @@ from typing import Sequence
 import numpy as np
 from PIL import Image
 
-from rewardloop.models import synthetic
+from rewardloop import shape_domain
 from rewardloop.rewards.base import register
 
 
@@ -42,7 +42,7 @@ def _as_rgb_array(image) -> np.ndarray:
 def membership(image, colour: str, max_distance: float) -> np.ndarray:
     """Per-pixel soft membership in a palette colour, in [0, 1]."""
     pixels = _as_rgb_array(image).reshape(-1, 3)
-    distance = np.linalg.norm(pixels - np.asarray(synthetic.PALETTE[colour], dtype=np.float32), axis=1)
+    distance = np.linalg.norm(pixels - np.asarray(shape_domain.PALETTE[colour], dtype=np.float32), axis=1)
     return np.clip(1.0 - distance / max_distance, 0.0, 1.0)
 
 
@@ -58,13 +58,13 @@ class ColorMatch:
     @staticmethod
     def check_prompts(prompts: Sequence[str]) -> None:
         for prompt in prompts:
-            synthetic.parse_caption(prompt)
+            shape_domain.parse_caption(prompt)
 
     def score_one(self, image, prompt: str) -> dict:
-        shape, fg, bg = synthetic.parse_caption(prompt)
+        shape, fg, bg = shape_domain.parse_caption(prompt)
         m_fg = membership(image, fg, self.max_distance)
         m_bg = membership(image, bg, self.max_distance)
-        a_min, a_max = synthetic.area_fraction_range(shape)
+        a_min, a_max = shape_domain.area_fraction_range(shape)
         purity = float(np.maximum(m_fg, m_bg).mean())
         presence = min(1.0, m_fg.mean() / (a_min / 2)) * min(1.0, m_bg.mean() / (1.0 - a_max))
         return {"score": 2.0 * purity * presence, "purity": purity, "presence": float(presence)}
