@@ -1,5 +1,6 @@
 """Training in 2 processes (`accelerate launch`, DDP over gloo on the CPU) equals 1 process with the
-same global batch, and resumes from its in-stage checkpoint. Real launches, real peft/accelerate steps."""
+same global batch, and resumes from its in-stage checkpoint, for every objective: dpo on the tiny SD1.5's
+pairs; grpo, nft and awm on the tiny SD3's rollouts. Real launches, real peft/accelerate steps."""
 
 from __future__ import annotations
 
@@ -22,8 +23,13 @@ pytestmark = pytest.mark.workflow  # launches processes: slower than a unit test
 def train_once(run_cfg, pair_files, out, processes, batch_size):  # noqa: F811
     cfg = stage_config(run_cfg, "seed", "model", "train", "device")
     cfg["train"].update(steps=4, checkpointing_steps=2, batch_size=batch_size, num_processes=processes)
-    kwargs = dict(cfg=cfg, iteration=0, signal_path=str(pair_files / "pairs.parquet"),
-                  latents_path=str(pair_files / "latents.safetensors"), init_lora_dir=None,
+    return train_files(cfg, pair_files / "pairs.parquet", pair_files / "latents.safetensors", out, processes)
+
+
+def train_files(cfg, signal_path, latents_path, out, processes):
+    """The train stage on these files, in one process or launched in ``processes``; (LoRA, metrics)."""
+    kwargs = dict(cfg=cfg, iteration=0, signal_path=str(signal_path),
+                  latents_path=str(latents_path), init_lora_dir=None,
                   out_dir=str(out / "train"), state_dir=str(out / "state"), metrics_path=str(out / "train.json"),
                   threads=1, progress=False)
     if processes == 1:
@@ -52,5 +58,70 @@ def test_two_processes_equal_one_with_the_same_global_batch_and_resume(run_cfg, 
     (tmp_path / "two" / "train" / LORA_WEIGHTS).unlink()
     resumed, resumed_metrics = train_once(run_cfg, pair_files, tmp_path / "two", 2, batch_size=4)
     assert resumed_metrics["resumed_from_step"] == 2 and len(resumed_metrics["history"]) == 4
+    for key in double:
+        torch.testing.assert_close(resumed[key], double[key], rtol=1e-5, atol=1e-7)
+
+
+# --- the advantage objectives ---------------------------------------------------------------------
+
+ADVANTAGE_OBJECTIVES = {
+    "grpo": {"grpo": {"kl_beta": 0.04, "clip_range": 0.2}},
+    "nft": {"nft": {"timestep_fraction": 0.5, "kl_beta": 0.01}},
+    "awm": {"awm": {"num_train_timesteps": 2, "kl_beta": 0.01}},
+}
+
+
+@pytest.fixture(scope="module", params=sorted(ADVANTAGE_OBJECTIVES))
+def advantage_files(request, tiny_sd3_model, tmp_path_factory):
+    """(the objective's config, its iteration-0 advantages.parquet and latents.safetensors) on the tiny SD3."""
+    from test_grpo import _cfg
+
+    from rewardloop.objectives import get_objective
+    from rewardloop.stages import advantages, generate, score
+
+    loss = request.param
+    cfg = _cfg(tiny_sd3_model, loss=loss, batch_size=4, **ADVANTAGE_OBJECTIVES[loss])
+    objective = get_objective(loss)
+    folder = tmp_path_factory.mktemp(f"rollouts_{loss}")
+    generate.run(cfg, 0, None, folder / "samples.parquet", folder / "latents.safetensors", folder / "g.json",
+                 progress=False, record_sde=objective.records_steps)
+    score.run(cfg, folder / "samples.parquet", folder / "scores.parquet", folder / "s.json", progress=False)
+    advantages.run(cfg, folder / "scores.parquet", folder / "advantages.parquet", folder / "a.json",
+                   keep_tied_groups=objective.keeps_tied_groups)
+    return loss, cfg, folder
+
+
+def test_each_advantage_objective_trains_in_two_processes_as_in_one_with_the_doubled_batch(advantage_files,
+                                                                                         tmp_path):
+    """P processes of batch b = 1 process of batch P b (the same samples, noise and timesteps; DDP's mean of
+    gradients); the logged metrics are the means over ranks; a rerun resumes from the 2-process checkpoint."""
+    loss, cfg, folder = advantage_files
+    job = stage_config(cfg, "seed", "model", "train", "device", "advantages")
+
+    def run(out, processes, batch_size):
+        c = {**job, "train": {**job["train"], "batch_size": batch_size, "num_processes": processes,
+                              "checkpointing_steps": 1}}
+        return train_files(c, folder / "advantages.parquet", folder / "latents.safetensors", out, processes)
+
+    single, single_metrics = run(tmp_path / "one", 1, batch_size=4)
+    double, double_metrics = run(tmp_path / "two", 2, batch_size=2)
+    assert double_metrics["processes"] == 2 and single_metrics["steps"] == double_metrics["steps"] >= 2
+    assert max(single[k].abs().max().item() for k in single) > 1e-6  # training moved the LoRA
+    # Equal up to float reduction order (gloo's all-reduce of two half-batch gradients vs one batched backward;
+    # Adam normalises the steps), tensor by tensor as in the dpo test above.
+    for key in single:
+        assert (double[key] - single[key]).norm() <= 1e-3 * single[key].norm() + 1e-7, (loss, key)
+    # The logs are the global batch's (the ranks' shares weighted): step 0 before any update is the same batch.
+    first = single_metrics["history"][0], double_metrics["history"][0]
+    for key in ("train/loss", "train/kl_loss"):
+        assert first[1][key] == pytest.approx(first[0][key], rel=1e-4, abs=1e-7), (loss, key)
+    if loss == "grpo":
+        assert first[1]["train/log_prob_mean_abs_diff"] == pytest.approx(
+            first[0]["train/log_prob_mean_abs_diff"], rel=1e-3, abs=1e-7)
+
+    # Killed after its step-1 checkpoint (here: the finished job's LoRA removed), the rerun resumes there.
+    (tmp_path / "two" / "train" / LORA_WEIGHTS).unlink()
+    resumed, resumed_metrics = run(tmp_path / "two", 2, batch_size=2)
+    assert resumed_metrics["resumed_from_step"] >= 1
     for key in double:
         torch.testing.assert_close(resumed[key], double[key], rtol=1e-5, atol=1e-7)

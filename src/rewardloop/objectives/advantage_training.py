@@ -1,5 +1,12 @@
 """What the objectives trained on group advantages (grpo, nft, awm) share: the advantages table, the
-seeded batches of an inner epoch, and PPO's clipped surrogate."""
+seeded batches of an inner epoch, each rank's share of a batch, and PPO's clipped surrogate.
+
+Several processes: the plan is drawn for the global batch (``train.batch_size`` x processes), every
+random draw of a micro-batch (noise, timesteps) is made for the global batch too, and each rank
+trains on its rows (:func:`rank_share`). A rank's loss and logs are weighted by its share, so DDP's
+mean of the ranks' gradients, and the logs' mean over ranks, are those of the global batch: P
+processes of batch b train as one process of batch P b.
+"""
 
 from __future__ import annotations
 
@@ -22,6 +29,29 @@ def epoch_batches(data_len: int, batch_size: int, inner_epochs: int, seed: int, 
         order = torch.randperm(data_len, generator=torch.Generator().manual_seed(int(state)))
         batches += [order[i: i + batch_size] for i in range(0, data_len, batch_size)]
     return batches
+
+
+def rank_share(count: int, rank: int, processes: int) -> tuple[slice, float]:
+    """(this rank's rows of a global batch of ``count``, the weight of its mean): numpy's array_split
+    sizes, weight = rows x processes / count, so the mean over ranks of weight x (the rank's mean) is the
+    mean over all ``count`` rows. One process: every row, weight 1."""
+    from rewardloop.objectives.registry import ObjectiveError
+
+    if processes == 1:
+        return slice(0, count), 1.0
+    if count < processes:
+        raise ObjectiveError(f"a batch of {count} sample(s) does not split over {processes} processes (every rank "
+                             "needs one): raise train.batch_size or lower train.num_processes")
+    base, extra = divmod(count, processes)
+    start, size = rank * base + min(rank, extra), base + (rank < extra)
+    return slice(start, start + size), size * processes / count
+
+
+def weighted(loss, logs: dict, weight: float):
+    """A rank's loss and logs scaled by its share (:func:`rank_share`); unchanged in one process."""
+    if weight == 1.0:
+        return loss, logs
+    return loss * weight, {key: value * weight for key, value in logs.items()}
 
 
 def clipped_policy_loss(log_prob, old_log_prob, advantages, clip_range: float, ratio=None):

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rewardloop.objectives.advantage_training import clipped_policy_loss, epoch_batches
+from rewardloop.objectives.advantage_training import clipped_policy_loss, epoch_batches, rank_share, weighted
 from rewardloop.objectives.clean_latents import (CleanLatentData, conditional_velocity, load_clean_latents, noised,
                                                  seeded, velocity_kl)
 from rewardloop.objectives.options import option
@@ -139,6 +139,7 @@ class AWM(Objective):
     needs = frozenset({"flow_matching"})
     keeps_tied_groups = True  # Flow-Factory trains every sample (A = 0 ones carry only the KL terms)
     extra_adapters = ("ema",)
+    multi_process = True
     preflight_checks = ("rollout_guidance",)
     curves = ("train/loss", "train/policy_loss", "train/kl_loss", "train/ema_kl_loss", "train/matching_loss")
 
@@ -160,7 +161,8 @@ class AWM(Objective):
     def plan(self, data: CleanLatentData, processes: int) -> list[list[tuple]]:
         """Updates of ``gradient_accumulation_steps`` batches x trained timesteps; a micro-batch is
         (sample indices, grid index, noise seed), the grid index shared by the batch."""
-        batches = epoch_batches(len(data), self.train.batch_size, self.options.inner_epochs, self.seed, self.iteration)
+        batches = epoch_batches(len(data), self.train.batch_size * processes, self.options.inner_epochs, self.seed,
+                                self.iteration)  # global batches: each rank trains its share
         count = self.trained_timesteps(data)
         updates = []
         for u in range(0, len(batches), self.train.gradient_accumulation_steps):
@@ -182,8 +184,10 @@ class AWM(Objective):
         device = policy.device
         x0 = data.latents[index]
         t = data.grid[grid_index].expand(len(index))
-        x_t, noise = noised(x0, t, noise_seed)
-        x_t, x0, noise, t = x_t.to(device), x0.to(device), noise.to(device), t.to(device)
+        x_t, noise = noised(x0, t, noise_seed)  # the global batch's noise, then this rank's rows
+        part, share = rank_share(len(index), policy.process_index, policy.num_processes)
+        index = index[part]
+        x_t, x0, noise, t = x_t[part].to(device), x0[part].to(device), noise[part].to(device), t[part].to(device)
         cond = data.conditioning(index, device)
         options = self.options
         v_ema = None
@@ -203,9 +207,10 @@ class AWM(Objective):
         if v_ema is not None:
             ema_kl = velocity_kl(v, v_ema)
         loss = policy_loss + options.kl_beta * kl + options.ema_kl_beta * ema_kl
-        return loss, {"train/loss": loss.item(), "train/policy_loss": policy_loss.item(), "train/kl_loss": kl.item(),
-                      "train/ema_kl_loss": ema_kl.item(), "train/clipfrac": clipfrac.item(),
-                      "train/matching_loss": ((v.detach() - (noise - x0)) ** 2).mean().item()}
+        return weighted(loss, {"train/loss": loss.item(), "train/policy_loss": policy_loss.item(),
+                               "train/kl_loss": kl.item(), "train/ema_kl_loss": ema_kl.item(),
+                               "train/clipfrac": clipfrac.item(),
+                               "train/matching_loss": ((v.detach() - (noise - x0)) ** 2).mean().item()}, share)
 
     def start(self, policy, data) -> None:
         if "ema" not in policy.extra:  # iteration 0: the EMA starts as a copy of the trained adapter

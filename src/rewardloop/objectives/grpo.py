@@ -31,7 +31,8 @@ from dataclasses import dataclass
 import torch
 
 from rewardloop.models.families import EMPTY_PROMPT, ModelFamily
-from rewardloop.objectives.advantage_training import clipped_policy_loss, epoch_batches, load_advantages
+from rewardloop.objectives.advantage_training import (clipped_policy_loss, epoch_batches, load_advantages, rank_share,
+                                                      weighted)
 from rewardloop.objectives.options import option
 from rewardloop.objectives.registry import Objective, ObjectiveError, TrainingInputs, objective
 from rewardloop.sampling.recorded_steps import DDIMSteps, FlowSteps, recorded_steps
@@ -143,6 +144,7 @@ class GRPO(Objective):
     description = "Flow-GRPO on the recorded SDE steps (flow matching); DDPO-style DDIM steps on a UNet."
     signal = "advantages"
     records_steps = True
+    multi_process = True
     preflight_checks = ("importance_ratio", "noise_level_0")
     needs = frozenset({"recorded_steps"})
     curves = ("train/loss", "train/kl_loss", "train/clipfrac", "train/approx_kl", "train/log_prob_mean_abs_diff")
@@ -186,7 +188,8 @@ class GRPO(Objective):
         return load_rollouts(inputs, model.family, model.vae_scale_factor)
 
     def plan(self, data: RolloutData, processes: int) -> list[list[tuple]]:
-        batches = epoch_batches(len(data), self.train.batch_size, self.options.inner_epochs, self.seed, self.iteration)
+        batches = epoch_batches(len(data), self.train.batch_size * processes, self.options.inner_epochs, self.seed,
+                                self.iteration)
         per_update = self.train.gradient_accumulation_steps
         return [[(index, k) for index in batches[u: u + per_update] for k in range(data.recorded_steps)]
                 for u in range(0, len(batches), per_update)]
@@ -212,8 +215,10 @@ class GRPO(Objective):
 
     def loss(self, policy, data: RolloutData, micro):
         index, k = micro
+        part, share = rank_share(len(index), policy.process_index, policy.num_processes)
+        index = index[part]
         device = policy.device
-        mean = self._step_mean(policy.model, data, index, k, device)
+        mean = self._step_mean(policy.module, data, index, k, device, dtype=policy.model.dtype)
         mean_ref = None
         if self.options.kl_beta > 0:
             with torch.no_grad(), policy.reference() as reference:
@@ -232,9 +237,9 @@ class GRPO(Objective):
                                                                self.options.clip_range, ratio)
         kl = kl_to_reference(mean, mean_ref, std).mean() if mean_ref is not None else torch.zeros((), device=device)
         loss = policy_loss + self.options.kl_beta * kl
-        return loss, {
+        return weighted(loss, {
             "train/loss": loss.item(), "train/policy_loss": policy_loss.item(), "train/kl_loss": kl.item(),
             "train/clipfrac": clipfrac.item(), "train/approx_kl": approx_kl.item(),
             "train/log_prob_mean_abs_diff": (log_prob - old).abs().mean().item(),
             "train/ratio_mean": (torch.exp(log_prob - old) if ratio is None else ratio).mean().item(),
-        }
+        }, share)

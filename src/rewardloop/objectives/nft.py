@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rewardloop.objectives.advantage_training import epoch_batches
+from rewardloop.objectives.advantage_training import epoch_batches, rank_share, weighted
 from rewardloop.objectives.clean_latents import (CleanLatentData, conditional_velocity, load_clean_latents, noised,
                                                  seeded, velocity_kl)
 from rewardloop.objectives.options import option
@@ -101,6 +101,7 @@ class NFT(Objective):
     rollout_adapter = "old"
     preflight_checks = ("rollout_guidance",)
     extra_adapters = ("old",)
+    multi_process = True
     curves = ("train/loss", "train/policy_loss", "train/kl_loss", "train/old_deviate")
     moved_keys = {"nft_beta": "beta", "inner_epochs": "inner_epochs"}
 
@@ -114,8 +115,9 @@ class NFT(Objective):
     def plan(self, data: CleanLatentData, processes: int) -> list[list[tuple]]:
         """Updates of ``gradient_accumulation_steps`` batches x trained timesteps; a micro-batch is
         (sample indices, grid index of each sample, noise seed)."""
-        batches = epoch_batches(len(data), self.train.batch_size, self.options.inner_epochs, self.seed, self.iteration)
-        per_epoch = -(-len(data) // self.train.batch_size)
+        size = self.train.batch_size * processes  # the global batch (each rank trains its share)
+        batches = epoch_batches(len(data), size, self.options.inner_epochs, self.seed, self.iteration)
+        per_epoch = -(-len(data) // size)
         timesteps = self.trained_timesteps(data)
         per_update = self.train.gradient_accumulation_steps
         orders = [self._grid_order(len(data), len(data.grid), epoch) for epoch in range(self.options.inner_epochs)]
@@ -141,8 +143,9 @@ class NFT(Objective):
         index, grid_index, noise_seed = micro
         device = policy.device
         x0, t = data.latents[index], data.grid[grid_index]
-        x_t, _ = noised(x0, t, noise_seed)
-        x_t, x0, t = x_t.to(device), x0.to(device), t.to(device)
+        x_t, _ = noised(x0, t, noise_seed)  # the global batch's noise, then this rank's rows
+        part, share = rank_share(len(index), policy.process_index, policy.num_processes)
+        index, x_t, x0, t = index[part], x_t[part].to(device), x0[part].to(device), t[part].to(device)
         cond = data.conditioning(index, device)
         with torch.no_grad(), policy.swapped_in("old"):
             v_old = self._velocity(policy, policy.model, data, x_t, t, cond)
@@ -156,8 +159,9 @@ class NFT(Objective):
                 v_ref = self._velocity(policy, reference, data, x_t, t, cond)
             kl = velocity_kl(v, v_ref)
         loss = policy_loss + self.options.kl_beta * kl
-        return loss, {"train/loss": loss.item(), "train/policy_loss": policy_loss.item(), "train/kl_loss": kl.item(),
-                      "train/old_deviate": ((v.detach() - v_old) ** 2).mean().item()}
+        return weighted(loss, {"train/loss": loss.item(), "train/policy_loss": policy_loss.item(),
+                               "train/kl_loss": kl.item(), "train/old_deviate": ((v.detach() - v_old) ** 2).mean().item()},
+                        share)
 
     def start(self, policy, data) -> None:
         if "old" not in policy.extra:  # iteration 0: the old policy starts as a copy of the trained adapter
