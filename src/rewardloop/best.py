@@ -11,8 +11,8 @@ import json
 import os
 from pathlib import Path
 
-from rewardloop.artifacts import write_json
-from rewardloop.monitors.history import _json, folders, guard_status
+from rewardloop.artifacts import json_or_empty, write_json
+from rewardloop.monitors.history import folders, guard_status
 
 DEFAULT_METRIC = "eval/reward/mean"
 
@@ -35,7 +35,7 @@ def choose(results, metric: str = DEFAULT_METRIC, guard: bool = False) -> dict:
     for iteration, folder in folders(results):
         if iteration < 0 or not (folder / "checkpoint").is_dir():
             continue
-        value = _json(metric_file(folder, metric)).get(metric)
+        value = json_or_empty(metric_file(folder, metric)).get(metric)
         if value is None:
             continue
         verdict = guard_status(folder)

@@ -24,7 +24,6 @@ from rewardloop.artifacts import json_or_empty
 
 VERDICT_FILE = "guard.json"  # iter_XXX/guard.json: the guard job's output
 STOPPED_FILE = "guard_stopped.json"  # the verdict of a guard that stopped the run (its job failed, so no guard.json)
-_json = json_or_empty  # the name rewardloop.best imports from here
 
 
 def folders(results) -> list[tuple[int, Path]]:

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Mapping
 
 from rewardloop.artifacts import write_json
-from rewardloop.monitors.guard import STOPPED_FILE, gold_breaches, health_breaches, verdict
-from rewardloop.monitors.history import health_values
+from rewardloop.monitors.guard import gold_breaches, health_breaches, verdict
+from rewardloop.monitors.history import STOPPED_FILE, health_values
 
 
 class GuardStop(RuntimeError):
