@@ -95,6 +95,8 @@ def rollout(pipe, family, prompts: pd.DataFrame, seeds: list[list[int]], setting
         from rewardloop.sampling.flow import rollout_sigmas
 
         tensors["rollout/sigmas"] = rollout_sigmas(pipe, family, scheduler, settings)
+        # What a CFG-free objective predicts at when the guidance is an embedding (ModelFamily.cfg_free_scale).
+        tensors["rollout/guidance_scale"] = torch.tensor(float(settings.guidance_scale))
     return pd.DataFrame(rows), latents, tensors
 
 

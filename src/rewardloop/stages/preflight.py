@@ -95,8 +95,11 @@ def run(cfg, samples_path, signal_path, latents_path, init_lora_dir, rollout_lor
                 f"model.family {family.name}: the recorded DDIM sampler ends at alphas_cumprod[0], the ODE one at "
                 "alpha 1, and DDIM at eta 0 has no log-prob; there is no noise-0 SDE step to compare")
         if "rollout_guidance" in names:
+            # The scale the objective trains at: 1 where guidance is a CFG pass it leaves out; the rollout's own
+            # where it is an embedding of the one pass (FLUX.1-dev), which a mismatch would still show.
+            scales = _first_rollouts(samples_path, pre["rollouts"]).guidance_scale
             checks["rollout_guidance"] = alignment.rollout_guidance(
-                _first_rollouts(samples_path, pre["rollouts"]).guidance_scale)
+                scales, family.cfg_free_scale(float(scales.iloc[0])))
     for name in alignment.CHECKS:
         checks.setdefault(name, alignment.not_applicable(
             f"train.loss {objective.name}: {alignment.NOT_APPLICABLE[name]}"))
