@@ -240,7 +240,6 @@ def test_a_pipeline_without_a_third_text_encoder_has_no_t5_tokens():
     class Pipeline:  # an SD3-like pipeline class that has no text_encoder_3 attribute at all
         transformer = None
 
-
     assert get_family("sd3").t5_tokens(Pipeline()) == 0
 
 
