@@ -107,3 +107,16 @@ def test_a_reward_checkpoint_that_torch_refuses_says_why(tmp_path):
     path.write_bytes(pickle.dumps(Payload()))
     with pytest.raises(ValueError, match=r"a pickle can run code when it is loaded.*safetensors\.torch\.save_file"):
         safe_torch_load("aesthetic", "checkpoint", path)
+
+
+def test_more_training_processes_than_rollouts_is_refused_naming_the_keys():
+    """An advantage objective splits each batch's samples over the ranks: more ranks than samples cannot run."""
+    with pytest.raises(ConfigError, match=r"^train\.num_processes: 8 processes for 4 samples per iteration "
+                                          r"\(generate\.prompts_per_iteration x generate\.images_per_prompt\)"):
+        cfgmod.load(ROOT / "configs/tiny_sd3_grpo.yaml", {"train": {"num_processes": 8},
+                                                          "generate": {"prompts_per_iteration": 1,
+                                                                       "images_per_prompt": 4}})
+    cfg = cfgmod.load(ROOT / "configs/tiny_sd3_grpo.yaml", {"train": {"num_processes": 4},
+                                                            "generate": {"prompts_per_iteration": 1,
+                                                                         "images_per_prompt": 4}})
+    assert cfg["train"]["num_processes"] == 4

@@ -17,13 +17,14 @@ pytestmark = pytest.mark.workflow
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory, tiny_sd3_model):
-    """2 iterations of the recipe (as `--configfile configs/tiny_sd3_grpo.yaml`) on a small budget."""
+    """2 iterations of the recipe (as `--configfile configs/tiny_sd3_grpo.yaml`) on a small budget, trained in 2
+    processes (accelerate launch, gloo) with the global batch of 8 a single process would take."""
     work = tmp_path_factory.mktemp("run_sd3")
     recipe = yaml.safe_load((ROOT / "configs/tiny_sd3_grpo.yaml").read_text())
     overlay = tiny_overlay(tiny_sd3_model, tracking={"enabled": False},
                            generate={"prompts_per_iteration": 4, "images_per_prompt": 4, "steps": 4,
                                      "sde": {"num_sde_steps": 2, "window_range": [0, 4]}},
-                           train={"batch_size": 8, "gradient_accumulation_steps": 1})
+                           train={"batch_size": 4, "num_processes": 2, "gradient_accumulation_steps": 1})
     del overlay["train"]["steps"]  # GRPO's update count follows from the samples and recorded steps
     write_overlay(work, deep_merge(recipe, overlay))
     snakemake(work)
@@ -39,6 +40,7 @@ def test_grpo_dag_replaces_pairs_with_advantages(workdir):
         assert set(adv.sample_id) <= set(samples.sample_id) and len(samples) == 16
         assert {"advantage", "group_mean", "group_std"} <= set(adv.columns)
         train = json.loads((results / it / "metrics/train.json").read_text())
+        assert train["processes"] == 2
         for key in ("train/loss", "train/kl_loss", "train/clipfrac", "train/approx_kl",
                     "train/log_prob_mean_abs_diff"):
             assert key in train["history"][0]

@@ -365,9 +365,15 @@ def check_objective(config: dict) -> None:
     if train["adapter"] != "lora" and not objective.full_model:
         raise ConfigError(f"train.adapter: {name} trains a LoRA (its reference is the LoRA disabled); "
                           "set train.adapter: lora")
-    if (train["num_processes"] or 1) > 1 and not objective.multi_process:
+    processes = train["num_processes"] or 1
+    if processes > 1 and not objective.multi_process:
         raise ConfigError(f"train.num_processes: {name} trains in one process (its micro-batches are not "
                           "split over ranks); set train.num_processes: null or 1")
+    rollouts = config["generate"]["prompts_per_iteration"] * config["generate"]["images_per_prompt"]
+    if objective.signal == "advantages" and processes > rollouts:
+        raise ConfigError(f"train.num_processes: {processes} processes for {rollouts} samples per iteration "
+                          f"(generate.prompts_per_iteration x generate.images_per_prompt): every rank needs at least "
+                          "one sample of each batch; use fewer processes or more samples")
     if config["data"]["offline_pairs"] and not objective.offline_pairs:
         raise ConfigError(f"data.offline_pairs: {name} trains on online rollouts' {objective.signal}, not on "
                           "offline pairs; set data.offline_pairs: null")
