@@ -16,12 +16,23 @@ import pytest
 import torch
 
 from rewardloop.models import published as P
-from rewardloop.models.replicas import (FAMILIES, TINY_OVERRIDES, WIDTH_DEPTH_KEYS, ReplicaError, build_replica,
-                                        component_kind, flatten, json_text, replica_files)
+from rewardloop.models.replicas import (FAMILIES, TINY_OVERRIDES, VARIANTS, WIDTH_DEPTH_KEYS, ReplicaError,
+                                        build_replica, component_kind, flatten, json_text, replica_files,
+                                        tiny_overrides, variant_of)
 
 PROMPTS = ["a red circle on a blue background", "A photo of a raccoon eating a sandwich in a park, 4k!",
            "an astronaut riding a horse on the moon"]
-DENOISER = {"sd15": "unet", "sdxl": "unet", "sd3": "transformer"}
+DENOISER = {"sd15": "unet", "sdxl": "unet", "sd3": "transformer", "flux": "transformer"}
+# The variants other than each family's default (those are built by the `replicas` fixture).
+OTHER_VARIANTS = [(family, variant) for family in FAMILIES for variant in VARIANTS[family][1:]]
+
+
+def t5_tokenizer_files(family: str) -> set[str]:
+    """The tokenizer_config.json paths of the family's T5 tokenizers (their vocabulary entries are filled
+    in when written, so the written file is not the dict)."""
+    index = P.PUBLISHED_FILES[family]["model_index.json"]
+    return {f"{name}/tokenizer_config.json" for name, entry in index.items()
+            if isinstance(entry, list) and entry[1] == "T5TokenizerFast"}
 
 
 def git_blob(data: bytes) -> str:
@@ -104,7 +115,7 @@ def test_published_component_tables():
 @pytest.mark.parametrize("family", FAMILIES)
 def test_tiny_configs_differ_from_published_only_in_width_and_depth(replicas, family):
     for path, published in P.PUBLISHED_FILES[family].items():
-        written = json.loads((replicas[family] / path).read_text()) if path != "tokenizer_3/tokenizer_config.json" \
+        written = json.loads((replicas[family] / path).read_text()) if path not in t5_tokenizer_files(family) \
             else None
         if written is None:
             continue
@@ -148,13 +159,13 @@ def test_components_load_with_their_published_classes(replicas, pipes, family):
 
 
 @pytest.mark.parametrize("family, scale, shift, channels", [("sd15", 0.18215, None, 4), ("sdxl", 0.13025, None, 4),
-                                                            ("sd3", 1.5305, 0.0609, 16)])
+                                                            ("sd3", 1.5305, 0.0609, 16), ("flux", 0.3611, 0.1159, 16)])
 def test_vae_latent_contract(pipes, family, scale, shift, channels):
     vae = pipes[family].vae
     assert vae.config.scaling_factor == scale and vae.config.latent_channels == channels
     assert vae.config.force_upcast is True
     assert vae.config.get("shift_factor") == shift
-    assert (vae.quant_conv is None) == (family == "sd3")
+    assert (vae.quant_conv is None) == (family in ("sd3", "flux"))  # the 16-channel VAEs have no quant convs
 
 
 @pytest.mark.parametrize("family", ["sd15", "sdxl"])
@@ -196,8 +207,9 @@ def test_clip_tokenizers_are_clips(replicas, pipes, family):
 
     reference = SimpleTokenizer()  # open_clip's own BPE implementation, same merges file
     pipe = pipes[family]
+    index = P.PUBLISHED_FILES[family]["model_index.json"]
     for name in ("tokenizer", "tokenizer_2"):
-        if not hasattr(pipe, name):
+        if index.get(name, [None, None])[1] != "CLIPTokenizer":  # absent, or T5's (FLUX's tokenizer_2)
             continue
         folder = replicas[family] / name
         assert git_blob((folder / "vocab.json").read_bytes()) == P.CLIP_VOCAB_GIT_BLOB
@@ -254,7 +266,8 @@ def test_sd3_prompt_embeddings_have_clip_plus_t5_tokens(pipes):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_a_plain_pipeline_call_runs(replicas, family, one_thread):
-    cls = {"sd15": "StableDiffusionPipeline", "sdxl": "StableDiffusionXLPipeline", "sd3": "StableDiffusion3Pipeline"}
+    cls = {"sd15": "StableDiffusionPipeline", "sdxl": "StableDiffusionXLPipeline", "sd3": "StableDiffusion3Pipeline",
+           "flux": "FluxPipeline"}
     import diffusers
 
     # dtype given: transformers 5 loads a text encoder in its config's torch_dtype otherwise (SDXL's and
@@ -347,3 +360,216 @@ def test_full_size_matches_published_parameter_counts_and_file_sizes(family, com
     if (family, component) in P.ROUNDED_PARAMETERS:
         figure, tolerance = P.ROUNDED_PARAMETERS[family, component]
         assert abs(stored - figure) <= tolerance
+
+
+# --- variants: SD3.5 Large / Large Turbo, FLUX.1-dev / FLUX.1-schnell ------------------------------
+
+
+def test_every_family_has_its_published_default_first():
+    assert VARIANTS["sd15"] == ("v1-5",) and VARIANTS["sdxl"] == ("base-1.0",)
+    assert VARIANTS["sd3"] == ("medium", "large", "large-turbo") and VARIANTS["flux"] == ("dev", "schnell")
+    for family in FAMILIES:  # the default variant is what PUBLISHED_FILES / WEIGHTS / PUBLISHED_REPOS hold
+        default = P.VARIANTS[family][VARIANTS[family][0]]
+        assert default["files"] is P.PUBLISHED_FILES[family] and default["weights"] is P.WEIGHTS[family]
+        assert default["repo"] == P.PUBLISHED_REPOS[family]
+        assert replica_files(family, "full") == replica_files(family, "full", VARIANTS[family][0])
+    assert variant_of("flux", "black-forest-labs/FLUX.1-schnell") == "schnell"
+    assert variant_of("sd3", "stabilityai/stable-diffusion-3.5-large-turbo") == "large-turbo"
+    assert variant_of("flux", "some/other-model") is None
+
+
+def test_flux_published_values_as_written():
+    dev, schnell = (P.VARIANTS["flux"][v]["files"] for v in ("dev", "schnell"))
+    index = {k: tuple(v) for k, v in P.FLUX_MODEL_INDEX.items() if isinstance(v, list)}
+    assert index == {"scheduler": ("diffusers", "FlowMatchEulerDiscreteScheduler"),
+                     "text_encoder": ("transformers", "CLIPTextModel"),
+                     "text_encoder_2": ("transformers", "T5EncoderModel"),
+                     "tokenizer": ("transformers", "CLIPTokenizer"), "tokenizer_2": ("transformers", "T5TokenizerFast"),
+                     "transformer": ("diffusers", "FluxTransformer2DModel"), "vae": ("diffusers", "AutoencoderKL")}
+    assert dev["model_index.json"] == schnell["model_index.json"] == P.FLUX_MODEL_INDEX
+    sched = dev["scheduler/scheduler_config.json"]
+    assert (sched["use_dynamic_shifting"], sched["base_shift"], sched["max_shift"], sched["base_image_seq_len"],
+            sched["max_image_seq_len"], sched["shift"]) == (True, 0.5, 1.15, 256, 4096, 3.0)
+    sched = schnell["scheduler/scheduler_config.json"]
+    assert (sched["use_dynamic_shifting"], sched["shift"]) == (False, 1.0)
+    for files, guidance in ((dev, True), (schnell, False)):
+        t = files["transformer/config.json"]
+        assert (t["attention_head_dim"], t["num_attention_heads"], t["num_layers"], t["num_single_layers"],
+                t["in_channels"], t["joint_attention_dim"], t["pooled_projection_dim"], t["patch_size"],
+                t["guidance_embeds"]) == (128, 24, 19, 38, 64, 4096, 768, 1, guidance)
+        assert "axes_dims_rope" not in t  # diffusers' default (16, 56, 56) applies
+        vae = files["vae/config.json"]
+        assert (vae["latent_channels"], vae["scaling_factor"], vae["shift_factor"], vae["use_quant_conv"]) == \
+            (16, 0.3611, 0.1159, False)
+        assert files["text_encoder/config.json"]["hidden_size"] == t["pooled_projection_dim"]  # CLIP pooled
+        assert files["text_encoder_2/config.json"]["d_model"] == t["joint_attention_dim"]  # T5 states
+    import inspect
+
+    from diffusers import FluxTransformer2DModel
+
+    assert inspect.signature(FluxTransformer2DModel.__init__).parameters["axes_dims_rope"].default == (16, 56, 56)
+    # The byte size of each file as the hub tree lists it (FLUX_CONFIG_SIZES) equals the dict written out.
+    for variant, sizes in P.FLUX_CONFIG_SIZES.items():
+        files = P.VARIANTS["flux"][variant]["files"]
+        for path, size in sizes.items():
+            assert len(json_text(files[path]).encode()) == size, (variant, path)
+
+
+def test_sd35_large_published_values_as_written():
+    for variant in ("large", "large-turbo"):
+        files = P.VARIANTS["sd3"][variant]["files"]
+        t = files["transformer/config.json"]
+        assert (t["num_layers"], t["attention_head_dim"], t["num_attention_heads"], t["caption_projection_dim"],
+                t["joint_attention_dim"], t["pooled_projection_dim"], t["patch_size"], t["pos_embed_max_size"],
+                t["qk_norm"]) == (38, 64, 38, 2432, 4096, 2048, 2, 192, "rms_norm")
+        assert "dual_attention_layers" not in t  # MMDiT, not Medium's MMDiT-X
+        assert t["caption_projection_dim"] == t["num_attention_heads"] * t["attention_head_dim"]
+        assert files["scheduler/scheduler_config.json"] == {"_class_name": "FlowMatchEulerDiscreteScheduler",
+                                                            "_diffusers_version": "0.29.0.dev0",
+                                                            "num_train_timesteps": 1000, "shift": 3.0}
+        for path in ("model_index.json", "text_encoder/config.json", "text_encoder_2/config.json",
+                     "text_encoder_3/config.json", "tokenizer_3/tokenizer_config.json"):
+            assert files[path] == P.PUBLISHED_FILES["sd3"][path], path  # the text side is SD3's
+    assert P.VARIANTS["sd3"]["large-turbo"]["sampling"] == {"num_inference_steps": 4, "guidance_scale": 0.0}
+    files = P.VARIANTS["sd3"]["large"]["files"]
+    for path, size in P.SD35_LARGE_CONFIG_SIZES.items():
+        assert len(json_text(files[path]).encode()) == size, path
+
+
+def _variant_meta_model(family, variant, component):
+    from rewardloop.models.replicas import _instantiate
+
+    files = replica_files(family, "full", variant)
+    with torch.device("meta"):
+        return _instantiate(files["model_index.json"][component][1], files[f"{component}/config.json"])
+
+
+@pytest.mark.parametrize("family, variant, component", sorted(P.VARIANT_PARAMETERS))
+def test_full_size_variants_match_published_parameter_counts(family, variant, component):
+    model = _variant_meta_model(family, variant, component)  # meta tensors: no memory, no compute
+    params = sum(p.numel() for p in model.parameters())
+    stored = sum(t.numel() for t in model.state_dict().values())
+    assert params == P.VARIANT_PARAMETERS[family, variant, component]
+    if (family, variant, component) in P.FILE_SIZES:
+        _, size, per_value = P.FILE_SIZES[family, variant, component]
+        header = size - per_value * stored
+        assert 0 < header < 256 * 1024, header
+    if (family, variant, component) in P.INDEX_TOTAL_SIZES:
+        assert 2 * stored == P.INDEX_TOTAL_SIZES[family, variant, component]  # bf16, exact
+    if (family, variant, component) in P.VARIANT_ROUNDED_PARAMETERS:
+        figure, tolerance = P.VARIANT_ROUNDED_PARAMETERS[family, variant, component]
+        assert abs(params - figure) <= tolerance
+
+
+def test_flux_guidance_embedder_is_the_dev_schnell_difference():
+    dev = _variant_meta_model("flux", "dev", "transformer")
+    schnell = _variant_meta_model("flux", "schnell", "transformer")
+    schnell_keys = set(schnell.state_dict())
+    extra = {k: v.numel() for k, v in dev.state_dict().items() if k not in schnell_keys}
+    assert all(k.startswith("time_text_embed.guidance_embedder.") for k in extra)
+    assert sum(extra.values()) == 256 * 3072 + 3072 + 3072 * 3072 + 3072
+
+
+@pytest.fixture(scope="module")
+def variant_replicas(tmp_path_factory, one_thread) -> dict[tuple[str, str], Path]:
+    root = tmp_path_factory.mktemp("variants")
+    out = {}
+    for family, variant in OTHER_VARIANTS:
+        stats = build_replica(family, root / f"{family}-{variant}", variant=variant)
+        assert (stats["variant"], stats["repo"]) == (variant, P.VARIANTS[family][variant]["repo"])
+        out[family, variant] = root / f"{family}-{variant}"
+    return out
+
+
+@pytest.mark.parametrize("family, variant", OTHER_VARIANTS)
+def test_tiny_variant_replica_loads_and_runs_one_denoiser_step(variant_replicas, family, variant, one_thread):
+    from rewardloop.models.families import get_family
+    from rewardloop.models.layout import check_model_folder
+    from rewardloop.models.loading import load_pipeline
+
+    folder = variant_replicas[family, variant]
+    check_model_folder(str(folder), family)
+    published = P.VARIANTS[family][variant]["files"]
+    for path, full in published.items():
+        if path in t5_tokenizer_files(family):
+            continue
+        written = json.loads((folder / path).read_text())
+        changed = {k for k, v in flatten(full).items() if flatten(written).get(k, object()) != v}
+        assert set(flatten(written)) == set(flatten(full)), path  # no key added or dropped
+        allowed = WIDTH_DEPTH_KEYS[component_kind(family, path.split("/")[0])] if path in tiny_overrides(
+            family, variant) else set()
+        assert changed <= allowed, (path, changed - allowed)
+    pipe = load_pipeline({"family": family, "path": str(folder)}, device="cpu")
+    fam = get_family(family)
+    denoiser = getattr(pipe, fam.denoiser)
+    assert type(denoiser).__name__ == published["model_index.json"][fam.denoiser][1]
+    cond = fam.encode(pipe, PROMPTS[:2])
+    shape = fam.latent_shape(pipe, 8 * pipe.vae_scale_factor)
+    latents = torch.randn(2, *shape, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        out = fam.predict(denoiser, latents, torch.tensor([500.0, 250.0]), cond, pixel_size=64, guidance_scale=3.5)
+    assert out.shape == latents.shape and torch.isfinite(out).all() and out.abs().sum() > 0
+    if family == "flux":
+        assert denoiser.config.guidance_embeds is (variant == "dev")
+        assert pipe.scheduler.config.use_dynamic_shifting is (variant == "dev")
+    else:  # SD3.5 Large: 38 heads x 64 and no dual-attention blocks at full size; tiny keeps no dual blocks
+        assert not denoiser.config.get("dual_attention_layers") and denoiser.config.qk_norm == "rms_norm"
+
+
+def test_flux_storage_as_published(replicas, variant_replicas):
+    from safetensors import safe_open
+
+    for folder in (replicas["flux"], variant_replicas["flux", "schnell"]):
+        assert not list(folder.rglob("*.fp16.safetensors"))
+        assert sorted(p.name for p in (folder / "transformer").iterdir()) == [
+            "config.json", *(f"diffusion_pytorch_model-0000{i}-of-00003.safetensors" for i in (1, 2, 3)),
+            "diffusion_pytorch_model.safetensors.index.json"]
+        assert sorted(p.name for p in (folder / "text_encoder_2").glob("*.safetensors")) == [
+            "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
+        for component in P.WEIGHTS["flux"]:
+            for path in (folder / component).glob("*.safetensors"):
+                with safe_open(path, "pt") as fh:
+                    assert {fh.get_slice(k).get_dtype() for k in fh.keys()} == {"BF16"}, path
+        tokenizer_2 = sorted(p.name for p in (folder / "tokenizer_2").iterdir())
+        assert tokenizer_2 == ["special_tokens_map.json", "spiece.model", "tokenizer.json", "tokenizer_config.json"]
+    large = variant_replicas["sd3", "large"]
+    assert len(list((large / "transformer").glob("diffusion_pytorch_model-*-of-00002.safetensors"))) == 2
+    assert (large / "text_encoder_2" / "model.fp16.safetensors").is_file()
+
+
+def test_flux_tokenizers(pipes):
+    from transformers import CLIPTokenizer, T5TokenizerFast
+
+    pipe = pipes["flux"]
+    assert isinstance(pipe.tokenizer, CLIPTokenizer) and isinstance(pipe.tokenizer_2, T5TokenizerFast)
+    assert pipe.tokenizer.model_max_length == 77 and pipe.tokenizer_2.model_max_length == 512
+    embeds, pooled, text_ids = pipe.encode_prompt(prompt=PROMPTS, prompt_2=None, max_sequence_length=512)
+    assert embeds.shape == (len(PROMPTS), 512, pipe.transformer.config.joint_attention_dim)
+    assert pooled.shape == (len(PROMPTS), pipe.transformer.config.pooled_projection_dim)
+
+
+def test_cli_variant(tmp_path, capsys, one_thread):
+    from rewardloop.cli import main
+
+    out = tmp_path / "schnell"
+    assert main(["build-replica", "--family", "flux", "--variant", "schnell", "--out", str(out)]) == 0
+    assert "black-forest-labs/FLUX.1-schnell" in capsys.readouterr().out
+    assert json.loads((out / "transformer" / "config.json").read_text())["guidance_embeds"] is False
+    assert json.loads((out / "scheduler" / "scheduler_config.json").read_text()) == P.FLUX_SCHNELL_SCHEDULER
+    with pytest.raises(SystemExit) as refused:
+        main(["build-replica", "--family", "flux", "--variant", "pro", "--out", str(tmp_path / "pro")])
+    assert "'pro'" in str(refused.value) and "dev, schnell" in str(refused.value)
+    assert not (tmp_path / "pro").exists()
+
+
+def test_default_variant_and_unknown_variant_refused(replicas, tmp_path):
+    # FAMILIES' replicas are built without a variant: the published defaults (FLUX.1-dev: guidance embedded)
+    assert json.loads((replicas["flux"] / "transformer" / "config.json").read_text())["guidance_embeds"] is True
+    assert json.loads((replicas["sd3"] / "transformer" / "config.json").read_text())["dual_attention_layers"]
+    stats_dir = tmp_path / "x"
+    with pytest.raises(ReplicaError, match=r"variant: unknown 'xl' for family sd3 \(expected one of medium, large, "
+                                           r"large-turbo\)"):
+        build_replica("sd3", stats_dir, variant="xl")
+    with pytest.raises(ReplicaError, match="v1-5"):
+        replica_files("sd15", "tiny", "v2")
+    assert not any(tmp_path.iterdir())

@@ -31,9 +31,12 @@ def _build_tiny(args) -> None:
 def _build_replica(args) -> None:
     import json
 
-    from rewardloop.models.replicas import build_replica
+    from rewardloop.models.replicas import ReplicaError, build_replica
 
-    stats = build_replica(args.family, args.out, size=args.size, seed=args.seed)
+    try:
+        stats = build_replica(args.family, args.out, size=args.size, seed=args.seed, variant=args.variant)
+    except ReplicaError as exc:  # an unknown --variant for the family, named with the family's choices
+        raise SystemExit(f"rewardloop build-replica: {exc}") from exc
     params = ", ".join(f"{name} {count:,}" for name, count in stats["params"].items())
     print(f"{args.size} replica of {stats['repo']} written to {args.out} "
           f"({stats['bytes']['total'] / 1e6:.1f} MB, {stats['wall_s']:.1f} s); parameters: {params}")
@@ -70,6 +73,7 @@ def parser() -> argparse.ArgumentParser:
     from rewardloop import __version__
     from rewardloop.models.families import FAMILIES
     from rewardloop.models.replicas import FAMILIES as REPLICAS
+    from rewardloop.models.replicas import VARIANTS as REPLICA_VARIANTS
 
     tiny = [name for name, family in FAMILIES.items() if family.tiny_builder]
     top = argparse.ArgumentParser(prog="rewardloop", description=__doc__, formatter_class=HelpFormatter)
@@ -92,9 +96,13 @@ def parser() -> argparse.ArgumentParser:
 
     replica = commands.add_parser(
         "build-replica", help="write a random-weight replica of a published checkpoint's layout and configs "
-                              "(sd15: stable-diffusion-v1-5, sdxl: SDXL base 1.0, sd3: SD3.5 Medium)")
+                              "(sd15: stable-diffusion-v1-5, sdxl: SDXL base 1.0, sd3: SD3.5 Medium, Large or "
+                              "Large Turbo, flux: FLUX.1-dev or FLUX.1-schnell)")
     replica.add_argument("--family", choices=list(REPLICAS), required=True,
                          help=f"the published layout: {', '.join(REPLICAS)}")
+    variants = "; ".join(f"{family}: {', '.join(names)}" for family, names in REPLICA_VARIANTS.items())
+    replica.add_argument("--variant", default=None,
+                         help=f"the published checkpoint of the family (default its first): {variants}")
     replica.add_argument("--out", required=True, help="output diffusers folder (replaced atomically)")
     replica.add_argument("--size", choices=["tiny", "full"], default="tiny",
                          help="tiny: published configs with small widths/depths (CPU tests, seconds); full: the "

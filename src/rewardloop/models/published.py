@@ -1,4 +1,4 @@
-"""The published configs of the three model families, as plain dicts (full size).
+"""The published configs of the model families and their variants, as plain dicts (full size).
 
 Every dict is the JSON file of the published diffusers checkpoint, key for key and in the file's
 own key order (``rewardloop.models.replicas`` writes them back verbatim):
@@ -16,6 +16,15 @@ own key order (``rewardloop.models.replicas`` writes them back verbatim):
   text encoders, VAE, and noise scheduler stay exactly the same as in SD3 Medium"), whose values are
   those of SDXL's CLIP encoders (above) and of google/t5-v1_1-xxl. Comments mark the values that
   are reconstructed rather than read from a copy of the file.
+* sd3 variants large and large-turbo: ``stabilityai/stable-diffusion-3.5-large`` (-turbo), gated; from the
+  hub mirror ``frankjoshua/stable-diffusion-3.5-large`` (file pages and tree listings with byte sizes).
+* flux: ``black-forest-labs/FLUX.1-dev`` (gated; the default variant) and ``black-forest-labs/FLUX.1-schnell``
+  (Apache-2.0): the schnell repository's own file pages, hub mirrors of both at their diffusers commits
+  (768d12a, 01aa605) and verbatim copies, each dict checked against the byte size the hub tree lists.
+
+``VARIANTS[family]`` lists a family's published checkpoints (the first is the default, the one
+PUBLISHED_FILES / WEIGHTS / PUBLISHED_REPOS hold): repo, files, weights and, where a model card gives
+them, the sampling settings.
 
 ``PUBLISHED_FILES[family]`` maps each JSON file's path in the checkpoint folder to its dict;
 ``WEIGHTS[family]`` says how each component's weights are stored (file stem, dtype, fp16 variant,
@@ -515,6 +524,200 @@ SD3_TOKENIZER_3_CONFIG = {
 T5_SEQUENCE_LENGTH = 256  # StableDiffusion3Pipeline's default max_sequence_length
 
 # ---------------------------------------------------------------------------------------------
+# SD3.5 Large and SD3.5 Large Turbo (stabilityai/stable-diffusion-3.5-large, -large-turbo; gated)
+# ---------------------------------------------------------------------------------------------
+# Source: the hub mirror frankjoshua/stable-diffusion-3.5-large (the release commit 4c4df3f "SD3.5
+# Large Public Release" by Dango233, its file pages and tree listings with byte sizes), and the
+# model cards. Large and Large Turbo share the architecture (the Turbo card: "an ADD-distilled
+# Multimodal Diffusion Transformer"), so one transformer config serves both.
+
+# model_index.json (706 bytes in the tree listing): the same component table as SD3.5 Medium's;
+# SD3_MODEL_INDEX written out is 706 bytes too, so it is taken as is.
+SD35_LARGE_MODEL_INDEX = SD3_MODEL_INDEX
+# scheduler/scheduler_config.json (141 bytes; the mirror's file page, verbatim): static shift 3.0.
+SD35_LARGE_SCHEDULER = {
+    "_class_name": "FlowMatchEulerDiscreteScheduler",
+    "_diffusers_version": "0.29.0.dev0",
+    "num_train_timesteps": 1000,
+    "shift": 3.0,
+}
+# transformer/config.json (397 bytes; the mirror's file page, verbatim; the same file in
+# TensorStack/stable-diffusion-3.5-medium-onnx's unet/config.json, a mislabelled Large copy): 38
+# joint blocks of 38 heads x 64 (width 2432 = caption_projection_dim), QK RMS-norm, a 192x192
+# positional-embedding grid, and no dual_attention_layers key (MMDiT, not Medium's MMDiT-X).
+SD35_LARGE_TRANSFORMER = {
+    "_class_name": "SD3Transformer2DModel",
+    "_diffusers_version": "0.31.0.dev0",
+    "attention_head_dim": 64,
+    "caption_projection_dim": 2432,
+    "in_channels": 16,
+    "joint_attention_dim": 4096,
+    "num_attention_heads": 38,
+    "num_layers": 38,
+    "out_channels": 16,
+    "patch_size": 2,
+    "pooled_projection_dim": 2048,
+    "pos_embed_max_size": 192,
+    "qk_norm": "rms_norm",
+    "sample_size": 128,
+}
+# vae/config.json: 809 bytes in the Large trees (adamo1139/stable-diffusion-3.5-large-ungated; the
+# same size as frankjoshua/stable-diffusion-3.5-medium's "vae copy"). A re-save of Large's VAE
+# (ariG23498/sd-3.5-merged vae/config.json, from the ceddf0a snapshot) shows the keys: SD3_VAE's plus
+# mid_block_add_attention true. The 809 bytes then leave one 35-byte line, taken to be
+# "_name_or_path": "../sdxl-vae/" (as in SD3 Medium's diffusers VAE config) - reconstructed, the
+# byte size matches.
+SD35_LARGE_VAE = dict(sorted({**SD3_VAE, "_name_or_path": "../sdxl-vae/", "mid_block_add_attention": True}.items()))
+# Text encoders and tokenizers: SD3's (text_encoder_2/config.json is 570 bytes in the mirror's tree,
+# the size of SD3_TEXT_ENCODER_2 written out; text_encoder_3 is cut in the same 4.99 + 4.53 GB shards).
+
+# The Turbo's scheduler file was not found in a public copy: Large's is used (reconstructed). The
+# Turbo card samples with num_inference_steps=4 and guidance_scale=0.0 (TURBO_SAMPLING below).
+SD35_LARGE_TURBO_SCHEDULER = SD35_LARGE_SCHEDULER
+SD35_LARGE_TURBO_SAMPLING = {"num_inference_steps": 4, "guidance_scale": 0.0}
+
+# ---------------------------------------------------------------------------------------------
+# FLUX.1-dev and FLUX.1-schnell (black-forest-labs/FLUX.1-dev: gated, non-commercial license;
+# black-forest-labs/FLUX.1-schnell: Apache-2.0)
+# ---------------------------------------------------------------------------------------------
+# Sources. FLUX.1-schnell: the hub repository's own pages (black-forest-labs/FLUX.1-schnell, tree and
+# blob pages of refs/pr/24, refs/pr/110, refs/pr/126, all at commit 768d12a "Add diffusers weights
+# and configs (#7)" by timudk and dn6) and the hub mirror frankjoshua/FLUX.1-schnell (same commit;
+# its commit page lists every file with its line count). FLUX.1-dev: the hub mirror
+# frankjoshua/FLUX.1-dev (commit 01aa605 "Add diffusers format weights (#3)", tree listings with
+# sizes) and AITRADER/MFLUXUI.1-dev (model_index.json at 01aa605, verbatim), and verbatim copies of
+# dev's transformer/config.json (city96/FLUX.1-dev-gguf refs/pr/34 config.json, BestModelsv2/FLUX
+# transformer/config.json, both 378 bytes; the MindIE FLUX.1-dev README on GitHub quotes it too).
+# Every dict below written as json.dumps(d, indent=2) + "\n" has the byte size the hub tree lists
+# for its file (FLUX_CONFIG_SIZES; tests/test_replicas.py checks them).
+
+# model_index.json (536 bytes, both variants; AITRADER/MFLUXUI.1-schnell and MFLUXUI.1-dev, verbatim).
+FLUX_MODEL_INDEX = {
+    "_class_name": "FluxPipeline",
+    "_diffusers_version": "0.30.0.dev0",
+    "scheduler": ["diffusers", "FlowMatchEulerDiscreteScheduler"],
+    "text_encoder": ["transformers", "CLIPTextModel"],
+    "text_encoder_2": ["transformers", "T5EncoderModel"],
+    "tokenizer": ["transformers", "CLIPTokenizer"],
+    "tokenizer_2": ["transformers", "T5TokenizerFast"],
+    "transformer": ["diffusers", "FluxTransformer2DModel"],
+    "vae": ["diffusers", "AutoencoderKL"],
+}
+# scheduler/scheduler_config.json. dev (273 bytes): dynamic shifting, mu from the image's token count
+# between (256 tokens, 0.5) and (4096, 1.15) (sayakpaul/FLUX.1-merged and fyp1/flux_dev_finetune
+# copies, 273 bytes, verbatim; the same values in taproot's FluxScheduler defaults and BFL's
+# flux/sampling.py get_schedule: base_shift 0.5, max_shift 1.15). schnell (274 bytes; the hub's
+# refs/pr/24 file page, verbatim): static, shift 1.0 (the plain linspace grid).
+FLUX_DEV_SCHEDULER = {
+    "_class_name": "FlowMatchEulerDiscreteScheduler",
+    "_diffusers_version": "0.30.0.dev0",
+    "base_image_seq_len": 256,
+    "base_shift": 0.5,
+    "max_image_seq_len": 4096,
+    "max_shift": 1.15,
+    "num_train_timesteps": 1000,
+    "shift": 3.0,
+    "use_dynamic_shifting": True,
+}
+FLUX_SCHNELL_SCHEDULER = {**FLUX_DEV_SCHEDULER, "shift": 1.0, "use_dynamic_shifting": False}
+# transformer/config.json. dev (378 bytes, verbatim copies named above): 19 joint ("double-stream")
+# and 38 single-stream blocks, 24 heads x 128 = width 3072, 64 input channels (16 latent channels
+# in 2x2 patches), T5 width 4096, CLIP pooled 768, a guidance embedding. The file has no
+# axes_dims_rope: diffusers' default (16, 56, 56) applies (BFL's flux/util.py flux-dev params:
+# axes_dim [16, 56, 56], the same). schnell (321 bytes, 13 lines in 768d12a): the same without
+# _name_or_path and with guidance_embeds false (this dict written out is 321 bytes).
+FLUX_DEV_TRANSFORMER = {
+    "_class_name": "FluxTransformer2DModel",
+    "_diffusers_version": "0.30.0.dev0",
+    "_name_or_path": "../checkpoints/flux-dev/transformer",
+    "attention_head_dim": 128,
+    "guidance_embeds": True,
+    "in_channels": 64,
+    "joint_attention_dim": 4096,
+    "num_attention_heads": 24,
+    "num_layers": 19,
+    "num_single_layers": 38,
+    "patch_size": 1,
+    "pooled_projection_dim": 768,
+}
+FLUX_SCHNELL_TRANSFORMER = {k: v for k, v in FLUX_DEV_TRANSFORMER.items() if k != "_name_or_path"}
+FLUX_SCHNELL_TRANSFORMER["guidance_embeds"] = False
+# vae/config.json. schnell (774 bytes; frankjoshua/FLUX.1-schnell vae/config.json at 768d12a,
+# verbatim): 16 latent channels, no quant convs, scaling 0.3611 and shift 0.1159 (BFL's flux/util.py
+# ae_params: scale_factor 0.3611, shift_factor 0.1159). dev (820 bytes): the same plus
+# "_name_or_path": "../checkpoints/flux-dev" (TechDirty/FullModelCD and ChuckMcSneed/FLUX.1-dev
+# copies; the 46-byte line is the size difference).
+FLUX_SCHNELL_VAE = {
+    "_class_name": "AutoencoderKL",
+    "_diffusers_version": "0.30.0.dev0",
+    "act_fn": "silu",
+    "block_out_channels": [128, 256, 512, 512],
+    "down_block_types": _DOWN_ENCODER,
+    "force_upcast": True,
+    "in_channels": 3,
+    "latent_channels": 16,
+    "latents_mean": None,
+    "latents_std": None,
+    "layers_per_block": 2,
+    "mid_block_add_attention": True,
+    "norm_num_groups": 32,
+    "out_channels": 3,
+    "sample_size": 1024,
+    "scaling_factor": 0.3611,
+    "shift_factor": 0.1159,
+    "up_block_types": _UP_DECODER,
+    "use_post_quant_conv": False,
+    "use_quant_conv": False,
+}
+FLUX_DEV_VAE = {"_class_name": "AutoencoderKL", "_diffusers_version": "0.30.0.dev0",
+                "_name_or_path": "../checkpoints/flux-dev",
+                **{k: v for k, v in FLUX_SCHNELL_VAE.items() if not k.startswith("_")}}
+# text_encoder/config.json (613 bytes, 25 lines): CLIP ViT-L/14's text tower, SD1.5's keys with a
+# bfloat16 torch_dtype and transformers 4.43.3 (flux-encoders/text_encoder config.json, 613 bytes,
+# verbatim). FluxPipeline reads its pooled output (hidden_size 768 = pooled_projection_dim).
+FLUX_TEXT_ENCODER = {**SD15_TEXT_ENCODER, "torch_dtype": "bfloat16", "transformers_version": "4.43.3"}
+# text_encoder_2/config.json (782 bytes, 32 lines): T5 v1.1 XXL's encoder, SD3's text_encoder_3 keys
+# plus "_name_or_path": "google/t5-v1_1-xxl", bfloat16, transformers 4.43.3 (TechDirty/FullModelCD
+# text_encoder_2/config.json, a FLUX.1-dev copy, verbatim; 782 bytes written out).
+FLUX_TEXT_ENCODER_2 = {"_name_or_path": "google/t5-v1_1-xxl", **SD3_TEXT_ENCODER_3, "torch_dtype": "bfloat16",
+                       "transformers_version": "4.43.3"}
+# tokenizer/tokenizer_config.json (705 bytes) and special_tokens_map.json (588 bytes): the CLIP
+# tokenizer as transformers 4.43 saves it (added_tokens_decoder; the verbatim files in
+# sayakpaul/FLUX.1-merged, yujiepan/FLUX.1-dev-tiny-random and Kameshr/flux-pipeline, byte sizes
+# equal to the hub's 768d12a tree).
+FLUX_TOKENIZER_CONFIG = {
+    "add_prefix_space": False,
+    "added_tokens_decoder": {
+        "49406": {"content": BOS, "lstrip": False, "normalized": True, "rstrip": False, "single_word": False,
+                  "special": True},
+        "49407": {"content": EOS, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False,
+                  "special": True},
+    },
+    "bos_token": BOS,
+    "clean_up_tokenization_spaces": True,
+    "do_lower_case": True,
+    "eos_token": EOS,
+    "errors": "replace",
+    "model_max_length": 77,
+    "pad_token": EOS,
+    "tokenizer_class": "CLIPTokenizer",
+    "unk_token": EOS,
+}
+
+
+def _special(content: str, normalized: bool) -> dict:
+    return {"content": content, "lstrip": False, "normalized": normalized, "rstrip": False, "single_word": False}
+
+
+FLUX_SPECIAL_TOKENS_MAP = {"bos_token": _special(BOS, True), "eos_token": _special(EOS, False),
+                           "pad_token": _special(EOS, False), "unk_token": _special(EOS, False)}
+# tokenizer_2/: T5's SentencePiece tokenizer (spiece.model, tokenizer.json, tokenizer_config.json of
+# 940 lines, special_tokens_map.json of 125 lines in 768d12a). Its tokenizer_config.json was not
+# found verbatim: SD3's reconstructed key set is used (model_max_length 512), which writes 939 lines,
+# one key fewer than the hub's (probably transformers 4.43's "add_prefix_space": true).
+FLUX_TOKENIZER_2_CONFIG = SD3_TOKENIZER_3_CONFIG
+
+# ---------------------------------------------------------------------------------------------
 # Tables
 # ---------------------------------------------------------------------------------------------
 
@@ -522,6 +725,7 @@ PUBLISHED_REPOS = {
     "sd15": "stable-diffusion-v1-5/stable-diffusion-v1-5",
     "sdxl": "stabilityai/stable-diffusion-xl-base-1.0",
     "sd3": "stabilityai/stable-diffusion-3.5-medium",
+    "flux": "black-forest-labs/FLUX.1-dev",
 }
 
 PUBLISHED_FILES: dict[str, dict[str, dict]] = {
@@ -562,6 +766,17 @@ PUBLISHED_FILES: dict[str, dict[str, dict]] = {
         "tokenizer_2/special_tokens_map.json": SD3_SPECIAL_TOKENS_MAP_2,
         "tokenizer_3/tokenizer_config.json": SD3_TOKENIZER_3_CONFIG,
     },
+    "flux": {
+        "model_index.json": FLUX_MODEL_INDEX,
+        "scheduler/scheduler_config.json": FLUX_DEV_SCHEDULER,
+        "transformer/config.json": FLUX_DEV_TRANSFORMER,
+        "vae/config.json": FLUX_DEV_VAE,
+        "text_encoder/config.json": FLUX_TEXT_ENCODER,
+        "text_encoder_2/config.json": FLUX_TEXT_ENCODER_2,
+        "tokenizer/tokenizer_config.json": FLUX_TOKENIZER_CONFIG,
+        "tokenizer/special_tokens_map.json": FLUX_SPECIAL_TOKENS_MAP,
+        "tokenizer_2/tokenizer_config.json": FLUX_TOKENIZER_2_CONFIG,
+    },
 }
 
 # How each model component's weights are stored: (weights file stem, dtype of the main file,
@@ -594,6 +809,17 @@ WEIGHTS: dict[str, dict[str, tuple[str, str, bool, int]]] = {
         "text_encoder_2": ("model", "float16", False, 1),
         "text_encoder_3": ("model", "float16", False, 2),
     },
+    # FLUX.1 (both variants; the hub trees above): the transformer in three shards (dev 9.98 + 9.95 +
+    # 3.87 GB, schnell 9.96 + 9.95 + 3.87 GB: diffusers' 10 GB cut), T5 in two (4.99 + 4.53 GB:
+    # transformers' 5 GB cut), CLIP (246 MB) and the VAE (168 MB) single files, no variants. All in 16
+    # bits by those sizes; bfloat16 as the configs' torch_dtype says and as BFL's original
+    # flux1-dev.safetensors is stored (its byte size is 2 x the parameters + a header, FILE_SIZES).
+    "flux": {
+        "transformer": ("diffusion_pytorch_model", "bfloat16", False, 3),
+        "vae": ("diffusion_pytorch_model", "bfloat16", False, 1),
+        "text_encoder": ("model", "bfloat16", False, 1),
+        "text_encoder_2": ("model", "bfloat16", False, 2),
+    },
 }
 
 # Parameter counts of full-size components that a source states exactly. SD1.5's UNet and CLIP
@@ -605,6 +831,12 @@ PARAMETERS = {
     ("sd15", "text_encoder"): 123_060_480,
     ("sdxl", "unet"): 2_567_463_684,
     ("sdxl", "text_encoder"): 123_060_480,
+    # FLUX.1-dev's transformer: 11,901,408,320 (the issue's figure). It fits the byte size of BFL's
+    # single-file flux1-dev.safetensors, 23,802,932,552 bytes (the hub's tree API as recorded in public
+    # code, e.g. ComfyUI model registries): 2 bytes x 11,901,408,320 + a 115,912-byte header
+    # (FILE_SIZES). CLIP-L: SD1.5's text tower, the same 123,060,480.
+    ("flux", "transformer"): 11_901_408_320,
+    ("flux", "text_encoder"): 123_060_480,
 }
 
 # Rounded figures: SD3.5 Medium "At 2.5 billion parameters" (Stability AI's release text, quoted
@@ -638,6 +870,106 @@ LFS_SIZES = {
         "text_encoder_2/model.fp16.safetensors": 1_389_382_176,
     },
 }
+
+# ---------------------------------------------------------------------------------------------
+# Variants: the published checkpoints of one family that share its adapter (same pipeline class,
+# component table and code path) but differ in configs or sizes. The first is the family's default
+# (PUBLISHED_FILES / WEIGHTS / PUBLISHED_REPOS above hold it).
+# ---------------------------------------------------------------------------------------------
+
+
+def _sd35_large(scheduler: dict) -> dict:
+    return {**PUBLISHED_FILES["sd3"], "scheduler/scheduler_config.json": scheduler,
+            "transformer/config.json": SD35_LARGE_TRANSFORMER, "vae/config.json": SD35_LARGE_VAE}
+
+
+# SD3.5 Large's storage (frankjoshua/stable-diffusion-3.5-large trees): the transformer in two
+# bfloat16 shards (9.99 + 6.31 GB, diffusers' 10 GB cut; its index's total_size 16,292,561,536 =
+# 2 x 8,146,280,768 values, adamo1139/stable-diffusion-3.5-large-turbo-ungated), text_encoder_2 as
+# model.safetensors and model.fp16.safetensors of 1.39 GB each (both 16-bit), T5 in 4.99 + 4.53 GB
+# shards, the VAE a 168 MB file. text_encoder's listing was not found: taken as text_encoder_2's.
+_SD35_LARGE_WEIGHTS = {
+    "transformer": ("diffusion_pytorch_model", "bfloat16", False, 2),
+    "vae": ("diffusion_pytorch_model", "float16", False, 1),
+    "text_encoder": ("model", "float16", True, 1),
+    "text_encoder_2": ("model", "float16", True, 1),
+    "text_encoder_3": ("model", "float16", False, 2),
+}
+
+VARIANTS: dict[str, dict[str, dict]] = {
+    "sd15": {"v1-5": {"repo": PUBLISHED_REPOS["sd15"], "files": PUBLISHED_FILES["sd15"], "weights": WEIGHTS["sd15"]}},
+    "sdxl": {"base-1.0": {"repo": PUBLISHED_REPOS["sdxl"], "files": PUBLISHED_FILES["sdxl"],
+                          "weights": WEIGHTS["sdxl"]}},
+    "sd3": {
+        "medium": {"repo": PUBLISHED_REPOS["sd3"], "files": PUBLISHED_FILES["sd3"], "weights": WEIGHTS["sd3"]},
+        "large": {"repo": "stabilityai/stable-diffusion-3.5-large", "files": _sd35_large(SD35_LARGE_SCHEDULER),
+                  "weights": _SD35_LARGE_WEIGHTS},
+        "large-turbo": {"repo": "stabilityai/stable-diffusion-3.5-large-turbo",
+                        "files": _sd35_large(SD35_LARGE_TURBO_SCHEDULER), "weights": _SD35_LARGE_WEIGHTS,
+                        "sampling": SD35_LARGE_TURBO_SAMPLING},
+    },
+    "flux": {
+        "dev": {"repo": PUBLISHED_REPOS["flux"], "files": PUBLISHED_FILES["flux"], "weights": WEIGHTS["flux"],
+                # the model card and FluxPipeline's docs: 50 steps at guidance 3.5; T5 at 512 tokens
+                "sampling": {"num_inference_steps": 50, "guidance_scale": 3.5, "max_sequence_length": 512}},
+        "schnell": {
+            "repo": "black-forest-labs/FLUX.1-schnell",
+            "files": {**PUBLISHED_FILES["flux"], "scheduler/scheduler_config.json": FLUX_SCHNELL_SCHEDULER,
+                      "transformer/config.json": FLUX_SCHNELL_TRANSFORMER, "vae/config.json": FLUX_SCHNELL_VAE},
+            "weights": WEIGHTS["flux"],
+            # the schnell model card's diffusers example: 4 steps, guidance 0, max_sequence_length 256
+            "sampling": {"num_inference_steps": 4, "guidance_scale": 0.0, "max_sequence_length": 256},
+        },
+    },
+}
+
+# Parameter counts per variant (the defaults' are in PARAMETERS too). FLUX.1-schnell: dev's less the
+# guidance embedder (Linear 256->3072 and 3072->3072 with biases: 10,229,760); its BFL single file
+# flux1-schnell.safetensors is 23,782,506,688 bytes (the hub's tree API, as recorded in public code):
+# 2 x 11,891,178,560 + a 149,568-byte header. SD3.5 Large (and Turbo): "8.1 billion parameters"
+# (Stability AI's release text and model card); exactly 8,056,627,520, plus the 192 x 192 x 2432
+# positional-embedding buffer = the 8,146,280,768 values of the published shard index. The FLUX VAE:
+# 83,819,683 (BFL's fp32 ae.safetensors, 335,304,388 bytes = 4 x that + a 25,656-byte header).
+VARIANT_PARAMETERS = {
+    ("flux", "dev", "transformer"): 11_901_408_320,
+    ("flux", "schnell", "transformer"): 11_891_178_560,
+    ("flux", "dev", "text_encoder"): 123_060_480,
+    ("flux", "schnell", "text_encoder"): 123_060_480,
+    ("flux", "dev", "vae"): 83_819_683,
+    ("flux", "schnell", "vae"): 83_819_683,
+    ("sd3", "large", "transformer"): 8_056_627_520,
+    ("sd3", "large-turbo", "transformer"): 8_056_627_520,
+}
+VARIANT_ROUNDED_PARAMETERS = {("sd3", "large", "transformer"): (8.1e9, 0.05e9),
+                              ("sd3", "large-turbo", "transformer"): (8.1e9, 0.05e9),
+                              ("flux", "dev", "transformer"): (12e9, 0.5e9),  # "12 billion parameter" (cards)
+                              ("flux", "schnell", "transformer"): (12e9, 0.5e9)}
+
+# Byte sizes of published single weight files that hold one component, with the bytes per stored
+# value: (family, variant, component) -> (file, bytes, bytes per value). BFL's original
+# flux1-*.safetensors and ae.safetensors (the hub tree API sizes recorded in public code: ComfyUI
+# model registries and installers), and the SD3.5 Large transformer shards' index total_size.
+FILE_SIZES = {
+    ("flux", "dev", "transformer"): ("flux1-dev.safetensors", 23_802_932_552, 2),
+    ("flux", "schnell", "transformer"): ("flux1-schnell.safetensors", 23_782_506_688, 2),
+    ("flux", "dev", "vae"): ("ae.safetensors", 335_304_388, 4),
+}
+# (family, variant, component) -> total_size of the published shard index (no header: exact).
+INDEX_TOTAL_SIZES = {("sd3", "large-turbo", "transformer"): 16_292_561_536}
+
+# Byte sizes of the published JSON files where no copy of the file was at hand but the hub tree
+# lists the size: every dict above written out must have it.
+FLUX_CONFIG_SIZES = {
+    "dev": {"model_index.json": 536, "scheduler/scheduler_config.json": 273, "transformer/config.json": 378,
+            "vae/config.json": 820, "text_encoder/config.json": 613, "text_encoder_2/config.json": 782,
+            "tokenizer/tokenizer_config.json": 705, "tokenizer/special_tokens_map.json": 588},
+    "schnell": {"model_index.json": 536, "scheduler/scheduler_config.json": 274, "transformer/config.json": 321,
+                "vae/config.json": 774, "text_encoder/config.json": 613, "text_encoder_2/config.json": 782,
+                "tokenizer/tokenizer_config.json": 705, "tokenizer/special_tokens_map.json": 588},
+}
+SD35_LARGE_CONFIG_SIZES = {"model_index.json": 706, "scheduler/scheduler_config.json": 141,
+                           "transformer/config.json": 397, "vae/config.json": 809,
+                           "text_encoder_2/config.json": 570}
 
 # The git blob ids of the published CLIP vocabulary files, identical in SD1.5's tokenizer/ and
 # SDXL's tokenizer/ and tokenizer_2/ (git ls-tree of both mirrors): the files written from

@@ -1,7 +1,9 @@
 """Random-weight replicas of the published checkpoints of each family, as diffusers folders.
 
-``build_replica(family, out_dir, size="tiny", seed=0)`` writes a folder with the layout of the
-published checkpoint (``published.PUBLISHED_REPOS``): the same ``model_index.json`` (written from
+``build_replica(family, out_dir, size="tiny", seed=0, variant=None)`` writes a folder with the layout
+of a published checkpoint of the family (``published.VARIANTS[family][variant]``, by default the first:
+``published.PUBLISHED_REPOS``; e.g. sd3: medium, large, large-turbo; flux: dev, schnell): the same
+``model_index.json`` (written from
 the published dict, not by ``save_pretrained``), every component's config with the published keys
 and values, the published scheduler class and config, CLIP's real tokenizer files, a T5 tokenizer
 trained here (:mod:`rewardloop.models.t5_tokenizer`), the published weight files (dtype, fp16
@@ -34,6 +36,7 @@ from rewardloop.models import published as P
 
 FAMILIES = tuple(P.PUBLISHED_FILES)  # the families whose published layout is held in models/published.py
 SIZES = ("tiny", "full")
+VARIANTS = {family: tuple(names) for family, names in P.VARIANTS.items()}  # the first is the default
 
 # What a tiny replica may change in each kind of config: widths and depths only. A nested
 # config's keys are dotted ("vision_config.hidden_size").
@@ -43,7 +46,8 @@ WIDTH_DEPTH_KEYS: dict[str, frozenset[str]] = {
                        "transformer_layers_per_block", "addition_time_embed_dim",
                        "projection_class_embeddings_input_dim"}),
     "transformer": frozenset({"num_layers", "attention_head_dim", "num_attention_heads", "caption_projection_dim",
-                              "joint_attention_dim", "pooled_projection_dim", "dual_attention_layers"}),
+                              "joint_attention_dim", "pooled_projection_dim", "dual_attention_layers",
+                              "num_single_layers"}),
     "vae": frozenset({"block_out_channels", "layers_per_block"}),
     "clip_text": frozenset(_CLIP_WIDTH_DEPTH),
     "t5": frozenset({"d_model", "d_ff", "d_kv", "num_heads", "num_layers", "num_decoder_layers"}),
@@ -100,38 +104,83 @@ TINY_OVERRIDES: dict[str, dict[str, dict]] = {
         "text_encoder_2/config.json": _CLIP_G_TINY,
         "text_encoder_3/config.json": _T5_TINY,
     },
+    # FLUX.1: one joint and one single-stream block. The heads stay 128 wide: the published config has
+    # no axes_dims_rope, and diffusers' default (16, 56, 56) must sum to attention_head_dim. CLIP's
+    # pooled output (hidden_size) is the pooled projection's input, T5's width the text tokens'.
+    "flux": {
+        "transformer/config.json": {
+            "num_layers": 1, "num_single_layers": 1, "num_attention_heads": 1,
+            "joint_attention_dim": _T5_TINY["d_model"], "pooled_projection_dim": _CLIP_L_TINY["hidden_size"],
+        },
+        "vae/config.json": _VAE_TINY,
+        "text_encoder/config.json": _CLIP_L_TINY,
+        "text_encoder_2/config.json": _T5_TINY,
+    },
 }
 
 # The model components: (config file kind for WIDTH_DEPTH_KEYS, class name).
 _MODEL_KINDS = {
-    "UNet2DConditionModel": "unet", "SD3Transformer2DModel": "transformer", "AutoencoderKL": "vae",
+    "UNet2DConditionModel": "unet", "SD3Transformer2DModel": "transformer", "FluxTransformer2DModel": "transformer",
+    "AutoencoderKL": "vae",
     "CLIPTextModel": "clip_text", "CLIPTextModelWithProjection": "clip_text", "T5EncoderModel": "t5",
     "StableDiffusionSafetyChecker": "safety_checker",
 }
-# T5's published shards were cut at transformers 4.41's default of 5 GB.
+# T5's published shards were cut at transformers 4.41's default of 5 GB; the sharded diffusers
+# transformers (FLUX.1's three shards, SD3.5 Large's two) at diffusers' default of 10 GB.
 FULL_SHARD_SIZE = "5GB"
-SINGLE_FILE = "1000GB"  # the published UNets and transformers are single files (SDXL's is 10.3 GB)
+DIFFUSERS_SHARD_SIZE = "10GB"
+SINGLE_FILE = "1000GB"  # the other published UNets and transformers are single files (SDXL's is 10.3 GB)
+_DIFFUSERS_MODELS = ("UNet2DConditionModel", "SD3Transformer2DModel", "FluxTransformer2DModel", "AutoencoderKL")
 
 
 class ReplicaError(ValueError):
     pass
 
 
-def _check(family: str, size: str) -> None:
+def _check(family: str, size: str, variant: str | None = None) -> str:
+    """Refuse an unknown family, size or variant (naming the choices); return the variant."""
     if family not in FAMILIES:
         raise ReplicaError(f"family: unknown {family!r} (expected one of {', '.join(FAMILIES)})")
     if size not in SIZES:
         raise ReplicaError(f"size: unknown {size!r} (expected one of {', '.join(SIZES)})")
+    if variant is None:
+        return VARIANTS[family][0]
+    if variant not in VARIANTS[family]:
+        raise ReplicaError(f"variant: unknown {variant!r} for family {family} (expected one of "
+                           f"{', '.join(VARIANTS[family])})")
+    return variant
 
 
-def replica_files(family: str, size: str = "tiny") -> dict[str, dict]:
-    """Every JSON file of the replica (path in the folder -> dict), before tokenizer_3's vocabulary."""
-    _check(family, size)
-    files = copy.deepcopy(P.PUBLISHED_FILES[family])
+def published_variant(family: str, variant: str | None = None) -> dict:
+    """``published.VARIANTS[family][variant]`` (repo, files, weights[, sampling]); None: the default."""
+    return P.VARIANTS[family][_check(family, "tiny", variant)]
+
+
+def tiny_overrides(family: str, variant: str | None = None) -> dict[str, dict]:
+    """The family's tiny overrides, less any key the variant's published file does not have (SD3.5
+    Large has no dual_attention_layers): a tiny replica changes values, never the key set."""
+    files = published_variant(family, variant)["files"]
+    return {path: {k: v for k, v in override.items() if k in files[path]}
+            for path, override in TINY_OVERRIDES[family].items()}
+
+
+def replica_files(family: str, size: str = "tiny", variant: str | None = None) -> dict[str, dict]:
+    """Every JSON file of the replica (path in the folder -> dict), before the T5 tokenizer's vocabulary."""
+    variant = _check(family, size, variant)
+    files = copy.deepcopy(P.VARIANTS[family][variant]["files"])
     if size == "tiny":
-        for path, override in TINY_OVERRIDES[family].items():
+        for path, override in tiny_overrides(family, variant).items():
             files[path] = deep_merge(files[path], override)
     return files
+
+
+def variant_of(family: str, path: str) -> str | None:
+    """The variant whose hub repository is ``path`` (a hub id such as black-forest-labs/FLUX.1-schnell),
+    else None: which replica stands in for a recipe's ``model.path``."""
+    for name, entry in P.VARIANTS.get(family, {}).items():
+        if entry["repo"].lower() == str(path).lower():
+            return name
+    return None
 
 
 def component_kind(family: str, component: str) -> str:
@@ -161,7 +210,7 @@ def _component_seed(seed: int, component: str) -> int:
 
 def _instantiate(class_name: str, config: dict):
     """The model of a component config (random init from torch's global generator)."""
-    if class_name in ("UNet2DConditionModel", "SD3Transformer2DModel", "AutoencoderKL"):
+    if class_name in _DIFFUSERS_MODELS:
         import diffusers
 
         return getattr(diffusers, class_name).from_config(config)
@@ -243,8 +292,10 @@ def _write_model(folder: Path, class_name: str, config: dict, storage: tuple, si
         finally:
             torch.set_default_dtype(default)
     params = parameter_count(model)
-    if shards > 1:
-        limit = FULL_SHARD_SIZE if size == "full" else _shard_size_for(model, dtype, shards)
+    if shards > 1 and size == "full":
+        limit = DIFFUSERS_SHARD_SIZE if class_name in _DIFFUSERS_MODELS else FULL_SHARD_SIZE
+    elif shards > 1:
+        limit = _shard_size_for(model, dtype, shards)
     else:
         limit = SINGLE_FILE
     _save_weights(model, folder, dtype, None, limit)
@@ -263,8 +314,10 @@ def _write_model(folder: Path, class_name: str, config: dict, storage: tuple, si
     return params
 
 
-def build_replica(family: str, out_dir: str | os.PathLike, size: str = "tiny", seed: int = 0) -> dict:
-    """Write the replica of ``family``'s published checkpoint at ``out_dir``; return build stats.
+def build_replica(family: str, out_dir: str | os.PathLike, size: str = "tiny", seed: int = 0,
+                  variant: str | None = None) -> dict:
+    """Write the replica of ``family``'s published checkpoint (``variant``, default the family's first)
+    at ``out_dir``; return build stats.
 
     Stats: ``params`` (per model component), ``bytes`` (per component folder and ``total``) and
     ``wall_s``. Random weights from ``seed``: the same seed gives bit-identical files.
@@ -272,9 +325,10 @@ def build_replica(family: str, out_dir: str | os.PathLike, size: str = "tiny", s
     from rewardloop.models import tokenizer as tok
     from rewardloop.models.t5_tokenizer import build_t5_tokenizer
 
-    _check(family, size)
+    variant = _check(family, size, variant)
+    published = P.VARIANTS[family][variant]
     t0 = time.perf_counter()
-    files = replica_files(family, size)
+    files = replica_files(family, size, variant)
     index = files["model_index.json"]
     params: dict[str, int] = {}
     out_dir = Path(out_dir)
@@ -298,7 +352,7 @@ def build_replica(family: str, out_dir: str | os.PathLike, size: str = "tiny", s
                     json_text(files["feature_extractor/preprocessor_config.json"]))
             else:
                 params[component] = _write_model(folder, class_name, files[f"{component}/config.json"],
-                                                 P.WEIGHTS[family][component], size,
+                                                 published["weights"][component], size,
                                                  _component_seed(seed, component))
         mode = default_mode()
         for path in tmp.rglob("*"):  # save_pretrained leaves its weight files owner-only (0600)
@@ -307,5 +361,6 @@ def build_replica(family: str, out_dir: str | os.PathLike, size: str = "tiny", s
         sizes = {p.name: sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
                  for p in sorted(tmp.iterdir()) if p.is_dir()}
         sizes["total"] = sum(f.stat().st_size for f in tmp.rglob("*") if f.is_file())
-    return {"family": family, "size": size, "seed": seed, "repo": P.PUBLISHED_REPOS[family], "params": params,
+    return {"family": family, "variant": variant, "size": size, "seed": seed, "repo": published["repo"],
+            "params": params,
             "bytes": sizes, "wall_s": round(time.perf_counter() - t0, 3)}
