@@ -14,6 +14,7 @@ noise, so held-out samples of a style are new instances the model never trained 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import pandas as pd
 import torch
@@ -47,6 +48,16 @@ def tiny_transformer(seed: int = 0):
 
     torch.manual_seed(seed)
     return SD3Transformer2DModel(**TRANSFORMER_CONFIG).eval()
+
+
+def tiny_flux_transformer(seed: int = 0, guidance_embeds: bool = True):
+    """The tiny FLUX.1 transformer (rewardloop.models.tiny_flux): dev with the guidance embedding, schnell without."""
+    from diffusers import FluxTransformer2DModel
+
+    from rewardloop.models.tiny_flux import TRANSFORMER_CONFIG
+
+    torch.manual_seed(seed)
+    return FluxTransformer2DModel(**TRANSFORMER_CONFIG, guidance_embeds=guidance_embeds).eval()
 
 
 def sd15_scheduler_config() -> dict:
@@ -99,13 +110,17 @@ def train(cfg: dict, denoiser, inputs: TrainingInputs, model_info: ModelInfo, st
 
 # --- pairs (dpo, sft) on SD1.5 ----------------------------------------------------------------
 
-def pair_inputs(chosen: torch.Tensor, rejected: torch.Tensor, embeds: torch.Tensor) -> TrainingInputs:
-    """pairs.parquet rows and latents.safetensors tensors of pairs (prompt i: chosen[i] over rejected[i])."""
+def pair_inputs(chosen: torch.Tensor, rejected: torch.Tensor, embeds: torch.Tensor,
+                pooled: torch.Tensor | None = None) -> TrainingInputs:
+    """pairs.parquet rows and latents.safetensors tensors of pairs (prompt i: chosen[i] over rejected[i]);
+    ``pooled``: the pooled embeddings of a family that has them (SD3, FLUX)."""
     rows, tensors = [], {}
     for i in range(len(chosen)):
         rows.append({"prompt_id": f"p{i}", "chosen": f"c{i}", "rejected": f"r{i}"})
         tensors[f"latents/c{i}"], tensors[f"latents/r{i}"] = chosen[i], rejected[i]
         tensors[f"prompt_embeds/p{i}"] = embeds[i]
+        if pooled is not None:
+            tensors[f"pooled_embeds/p{i}"] = pooled[i]
     return TrainingInputs(pd.DataFrame(rows), tensors, "pairs.parquet", "latents.safetensors")
 
 
@@ -155,6 +170,80 @@ def flow_velocity(transformer, x, sigma, embeds, pooled) -> torch.Tensor:
     return transformer(x, encoder_hidden_states=embeds, pooled_projections=pooled, timestep=t).sample.double()
 
 
+def flux_velocity(transformer, x, sigma, embeds, pooled, guidance: float = 1.0) -> torch.Tensor:
+    """The FLUX.1 transformer's velocity as FluxPipeline.__call__ feeds it (diffusers pipeline_flux.py), float64:
+    the latents packed 2x2 (``_pack_latents``), the image position ids (``_prepare_latent_image_ids``), zero text
+    ids, the timestep sigma x 1000 then / 1000, ``guidance = full([B], scale)`` where the transformer embeds it
+    (dev; schnell has no guidance input), the output unpacked (``_unpack_latents``; at vae_scale_factor 1 its
+    height and width are the latent's)."""
+    from diffusers import FluxPipeline
+
+    b, c, h, w = x.shape
+    t = torch.as_tensor(sigma, dtype=torch.float32).reshape(-1).expand(b) * 1000
+    config = transformer.config
+    g = torch.full([b], float(guidance), dtype=torch.float32) if config.guidance_embeds else None
+    out = transformer(hidden_states=FluxPipeline._pack_latents(x.float(), b, c, h, w), timestep=t / 1000, guidance=g,
+                      pooled_projections=pooled.float(), encoder_hidden_states=embeds.float(),
+                      txt_ids=torch.zeros(embeds.shape[1], 3),
+                      img_ids=FluxPipeline._prepare_latent_image_ids(b, h // 2, w // 2, "cpu", torch.float32),
+                      return_dict=False)[0]
+    return FluxPipeline._unpack_latents(out, h, w, 1).double()
+
+
+@dataclass(frozen=True)
+class FlowModel:
+    """A tiny random-init flow-matching denoiser of one family, with its hand-written velocity call: what the
+    flow objectives' checks need to know of a family (the SD3 MMDiT, FLUX.1-dev, FLUX.1-schnell)."""
+
+    name: str
+    family: str
+    text_width: int  # prompt_embeds' width (the transformer's joint_attention_dim)
+    pooled_width: int
+    latent: tuple = (16, 8, 8)
+    guidance: float = 1.0  # the rollouts' guidance scale (an input of FLUX.1-dev's one pass)
+    guidance_embeds: bool = False
+    scheduler: tuple = (("num_train_timesteps", 1000), ("shift", 3.0))
+    vae_scale_factor: int = 8
+
+    def denoiser(self, seed: int = 0):
+        return tiny_flux_transformer(seed, self.guidance_embeds) if self.family == "flux" else tiny_transformer(seed)
+
+    def velocity(self, model, x, sigma, embeds, pooled) -> torch.Tensor:
+        if self.family == "flux":
+            return flux_velocity(model, x, sigma, embeds, pooled, self.guidance)
+        return flow_velocity(model, x, sigma, embeds, pooled)
+
+    def model_info(self) -> ModelInfo:
+        return ModelInfo(get_family(self.family), dict(self.scheduler), self.vae_scale_factor)
+
+    def overrides(self) -> dict:
+        """Config overrides of the family (on configs/tiny_sd3_*.yaml)."""
+        if self.family == "sd3":
+            return {}
+        return {"model": {"family": self.family, "path": f"resources/models/tiny-{self.name}"}}
+
+    def train_options(self) -> dict:
+        """train.* of the family: FLUX trains its adapter's LoRA targets (flow_grpo's train_flux.py)."""
+        if self.family == "sd3":
+            return {}
+        return {"lora": {"targets": list(get_family(self.family).lora_targets)}}
+
+
+def _flux_model(name: str, guidance_embeds: bool) -> FlowModel:
+    from rewardloop.models.tiny_flux import (CLIP_CONFIG, DEV_SCHEDULER, SCHNELL_SCHEDULER, T5_CONFIG,
+                                             VAE_CONFIG)
+
+    scheduler = DEV_SCHEDULER if guidance_embeds else SCHNELL_SCHEDULER
+    return FlowModel(name, "flux", T5_CONFIG["d_model"], CLIP_CONFIG["hidden_size"],
+                     guidance=3.5 if guidance_embeds else 1.0, guidance_embeds=guidance_embeds,
+                     scheduler=tuple(scheduler.items()), vae_scale_factor=2 ** (len(VAE_CONFIG["block_out_channels"]) - 1))
+
+
+SD3 = FlowModel("sd3", "sd3", 64, 64)
+FLUX_DEV = _flux_model("flux-dev", True)
+FLUX_SCHNELL = _flux_model("flux-schnell", False)
+
+
 def clean_latent_micro_batch(inputs: TrainingInputs, index: torch.Tensor):
     """(its rows of advantages.parquet, x0, prompt embeddings, pooled embeddings) for a clean-latent micro-batch."""
     rows = inputs.signal.iloc[index.numpy()]
@@ -166,17 +255,17 @@ def clean_latent_micro_batch(inputs: TrainingInputs, index: torch.Tensor):
 
 
 @torch.no_grad()
-def three_velocities(policy, x_t, sigma, embeds, pooled, extra: str):
+def three_velocities(policy, x_t, sigma, embeds, pooled, extra: str, flow: FlowModel = SD3):
     """(trained, reference = LoRA disabled, with the weight set ``extra`` swapped in) velocities at x_t."""
     model = policy.model
-    v = flow_velocity(model, x_t, sigma, embeds, pooled)
+    v = flow.velocity(model, x_t, sigma, embeds, pooled)
     model.disable_adapters()
-    v_ref = flow_velocity(model, x_t, sigma, embeds, pooled)
+    v_ref = flow.velocity(model, x_t, sigma, embeds, pooled)
     model.enable_adapters()
     current = [p.detach().clone() for p in policy.trainable]
     for p, other in zip(policy.trainable, policy.extra[extra]):
         p.copy_(other)
-    v_extra = flow_velocity(model, x_t, sigma, embeds, pooled)
+    v_extra = flow.velocity(model, x_t, sigma, embeds, pooled)
     for p, value in zip(policy.trainable, current):
         p.copy_(value)
     return v, v_ref, v_extra

@@ -9,6 +9,7 @@ LoRAs with the recipes' add_*_proj targets were saved as) loses layers silently:
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -98,3 +99,105 @@ def test_a_lora_of_another_architecture_is_refused_naming_the_file(replicas, tmp
     trained_lora(replicas["sdxl"], "sdxl", UNET_TARGETS, tmp_path / "sdxl-lora")
     with pytest.raises(models.ModelError, match=rf"{tmp_path}/sdxl-lora/pytorch_lora_weights\.safetensors: "):
         models.load_pipeline({"family": "sd15", "path": str(replicas["sd15"])}, lora_dir=str(tmp_path / "sdxl-lora"))
+
+
+# --- FLUX.1: the exported LoRA in plain diffusers' FluxPipeline -----------------------------------
+
+@pytest.fixture(scope="module")
+def tiny_flux(tmp_path_factory):
+    """The tiny FLUX.1-dev folder (random init: rewardloop.models.tiny_flux)."""
+    from rewardloop.models.tiny_flux import build_tiny_flux_pipeline
+
+    folder = tmp_path_factory.mktemp("flux") / "tiny-flux-dev"
+    build_tiny_flux_pipeline(folder, seed=0)
+    return folder
+
+
+def flux_eval_images(pipe, steps: int = 2):
+    """What eval samples (the pipeline's sampler here, rewardloop.sampling.flow.sample_flow, then the VAE) and
+    what a diffusers user samples (FluxPipeline.__call__) from the same noise: two prompts, guidance 3.5, 32 px.
+    (eval's uint8 images [B, H, W, 3] as its PNGs hold them, the pipeline's floats in [0, 1] [B, 3, H, W])."""
+    from diffusers import FluxPipeline
+
+    from rewardloop.sampling.ddim import SamplerSettings, decode_latents
+    from rewardloop.sampling.flow import sample_flow
+
+    family, prompts, seeds = get_family("flux"), ["a red circle", "a green square on blue"], [3, 11]
+    settings = SamplerSettings(steps=steps, guidance_scale=3.5, eta=0.0, resolution=32)
+    ours = decode_latents(pipe, sample_flow(pipe, family, family.encode(pipe, prompts), seeds, settings, batch_size=2,
+                                            progress=False)[0], 2)
+    noise = torch.stack([torch.randn(family.latent_shape(pipe, 32), generator=torch.Generator().manual_seed(s))
+                         for s in seeds])
+    b, c, h, w = noise.shape
+    theirs = pipe(prompts, latents=FluxPipeline._pack_latents(noise, b, c, h, w), num_inference_steps=steps,
+                  guidance_scale=3.5, height=32, width=32, output_type="pt").images
+    return torch.stack([torch.from_numpy(np.array(im)) for im in ours]), theirs
+
+
+@torch.no_grad()
+def test_a_flux_lora_loads_in_plain_diffusers_and_samples_what_ours_does(tiny_flux, tmp_path):
+    """save_lora on FLUX (flux.py's lora_targets, flow_grpo's: joint and single blocks' attention, the text
+    stream's projections, both feed-forwards) keeps peft's lora_A/B names under transformer.: every layer lands
+    in our fused loading and in a plain FluxPipeline.load_lora_weights(dir), and the eval images at 2 steps are
+    the same both ways: eval's PNG pixels (uint8) are equal, the pipeline's own float images agree to 1e-4 (fused
+    W + s B A against the user's unfused W x + s B (A x) round differently, ~1e-6 here), and eval's pixels are the
+    pipeline's image rounded (within 1 of 255 x image: its sampler is the pipeline's, tests/test_flux_family.py)."""
+    from diffusers import FluxPipeline
+    from safetensors import safe_open
+
+    spec = get_family("flux")
+    targets = list(spec.lora_targets)
+    deltas = trained_lora(tiny_flux, "flux", targets, tmp_path / "lora")
+    assert any(n.startswith("single_transformer_blocks.") for n in deltas)  # attn.to_q/k/v match there too
+    for target in targets:
+        assert any(n.endswith(target) for n in deltas), target
+    with safe_open(str(tmp_path / "lora" / models.LORA_WEIGHTS), framework="pt") as handle:
+        keys = list(handle.keys())
+    assert keys and all(k.startswith("transformer.") and (".lora_A." in k or ".lora_B." in k) for k in keys)
+    base = models.load_pipeline({"family": "flux", "path": str(tiny_flux)})
+    ours = models.load_pipeline({"family": "flux", "path": str(tiny_flux)}, lora_dir=str(tmp_path / "lora"))
+    assert_fused(ours.transformer, base.transformer, deltas)
+    plain = FluxPipeline.from_pretrained(str(tiny_flux), dtype=torch.float32)
+    plain.set_progress_bar_config(disable=True)
+    plain.load_lora_weights(str(tmp_path / "lora"))  # what a user does: unfused, the adapter active
+    placed = {n for n, m in plain.transformer.named_modules() if getattr(m, "lora_A", None)}
+    assert placed == set(deltas)
+    (ours_ours, ours_pipe), (plain_ours, plain_pipe) = flux_eval_images(ours), flux_eval_images(plain)
+    base_ours, _ = flux_eval_images(base)
+    assert (ours_ours.int() - base_ours.int()).abs().max() > 10  # the LoRA changes the images
+    assert ours_ours.dtype == torch.uint8 and torch.equal(ours_ours, plain_ours)
+    torch.testing.assert_close(ours_pipe, plain_pipe, atol=1e-4, rtol=0)
+    assert ((ours_ours.float() - 255 * ours_pipe.permute(0, 2, 3, 1)).abs() <= 1.0).all()
+
+
+@torch.no_grad()
+def test_a_flux_lora_round_trips_through_load_lora_into_and_check_init_lora(tiny_flux, tmp_path):
+    """The saved FLUX LoRA as model.init_lora: check_init_lora accepts it for train.lora's rank and flux's targets
+    (and names a target it lacks, a layer train.lora.targets does not name, another rank); load_lora_into puts back exactly the saved A and B."""
+    from rewardloop.models.lora import check_init_lora, load_lora_into
+
+    targets = list(get_family("flux").lora_targets)
+    trained_lora(tiny_flux, "flux", targets, tmp_path / "lora")
+    model_cfg = {"family": "flux", "path": str(tiny_flux), "init_lora": str(tmp_path / "lora")}
+    check_init_lora(model_cfg, {"lora": {"rank": 4, "alpha": 8, "targets": targets}})
+    with pytest.raises(models.ModelError, match=r"has no layers for train\.lora\.targets proj_mlp$"):
+        check_init_lora(model_cfg, {"lora": {"rank": 4, "alpha": 8, "targets": [*targets, "proj_mlp"]}})
+    with pytest.raises(models.ModelError, match=r"adapts transformer_blocks\.0\.ff_context\.net\.2 \(1 layer\(s\) in all\), "
+                                                r"which train\.lora\.targets .* does not name$"):
+        check_init_lora(model_cfg, {"lora": {"rank": 4, "alpha": 8, "targets": targets[:-1]}})
+    with pytest.raises(models.ModelError, match=r"rank 4, but train\.lora\.rank is 8"):
+        check_init_lora(model_cfg, {"lora": {"rank": 8, "alpha": 8, "targets": targets}})
+    saved = models.load_pipeline({"family": "flux", "path": str(tiny_flux)}).transformer
+    attach_lora(saved, {"rank": 4, "alpha": 8, "targets": targets})
+    load_lora_into(saved, "flux", str(tmp_path / "lora"))
+    fresh = models.load_pipeline({"family": "flux", "path": str(tiny_flux)}).transformer
+    attach_lora(fresh, {"rank": 4, "alpha": 8, "targets": targets})
+    gen = torch.Generator().manual_seed(0)  # trained_lora's draws, in the same module order
+    for name, module in fresh.named_modules():
+        if "default" in getattr(module, "lora_A", {}):
+            a, b = module.lora_A["default"].weight, module.lora_B["default"].weight
+            a.copy_(torch.randn(a.shape, generator=gen) * 0.1)
+            b.copy_(torch.randn(b.shape, generator=gen) * 0.1)
+    loaded, expected = dict(saved.named_parameters()), dict(fresh.named_parameters())
+    lora_names = [n for n in expected if ".lora_" in n]
+    assert lora_names and all(torch.equal(loaded[n], expected[n]) for n in lora_names)

@@ -124,3 +124,97 @@ def test_a_resolution_the_vae_or_the_patches_cannot_take_is_refused(tmp_path):
     check_resolution(str(sd15), "sd15", 36)
     with pytest.raises(LayoutError, match=r"generate\.resolution: 34 px is not a multiple of 4 \(the VAE's factor 4"):
         check_resolution(str(sd15), "sd15", 34)
+
+
+# --- FLUX.1: its T5 is not optional, schnell takes no guidance, each encoder's token limit ---------
+
+@pytest.fixture(scope="module")
+def flux_folders(tmp_path_factory):
+    """The tiny FLUX.1-dev (guidance embedding) and FLUX.1-schnell (none) folders, as FluxPipeline saves them."""
+    from rewardloop.models.tiny_flux import build_tiny_flux_pipeline
+
+    root = tmp_path_factory.mktemp("flux")
+    build_tiny_flux_pipeline(root / "dev", seed=0)
+    build_tiny_flux_pipeline(root / "schnell", seed=0, guidance_embeds=False)
+    return {"dev": root / "dev", "schnell": root / "schnell"}
+
+
+def test_a_flux_folder_without_t5_is_refused_naming_it(flux_folders, tmp_path):
+    """FLUX's T5 is its text tokens (SD3 may run without T5, FLUX may not): null or absent, it is named."""
+    import shutil
+
+    check_model_folder(str(flux_folders["dev"]), "flux")
+    check_model_folder(str(flux_folders["schnell"]), "flux")
+    for lacking in ("text_encoder_2", "tokenizer_2"):
+        broken = tmp_path / lacking
+        shutil.copytree(flux_folders["dev"], broken)
+        index = json.loads((broken / "model_index.json").read_text())
+        index[lacking] = [None, None]
+        (broken / "model_index.json").write_text(json.dumps(index))
+        with pytest.raises(LayoutError, match=rf"^model\.path: {broken}/model_index\.json lists it as null: component "
+                                              rf"'{lacking}', which model\.family flux needs$"):
+            check_model_folder(str(broken), "flux")
+    both = tmp_path / "no-t5"
+    shutil.copytree(flux_folders["dev"], both)
+    index = json.loads((both / "model_index.json").read_text())
+    index.update(text_encoder_2=[None, None], tokenizer_2=[None, None])  # SD3's way to run without T5
+    (both / "model_index.json").write_text(json.dumps(index))
+    with pytest.raises(LayoutError, match=r"lists it as null: component 'text_encoder_2', which model\.family flux"):
+        check_model_folder(str(both), "flux")
+
+
+def test_a_schnell_folder_with_guidance_is_refused_naming_the_key_and_the_folder(flux_folders):
+    from rewardloop.models.layout import check_guidance
+
+    schnell, dev = str(flux_folders["schnell"]), str(flux_folders["dev"])
+    message = (rf"^generate\.guidance_scale: 3\.5, but model\.path {schnell} has no guidance embedding "
+               rf"\({schnell}/transformer/config\.json: guidance_embeds false, a FLUX\.1-schnell checkpoint\): schnell "
+               r"takes no guidance, so the scale would be silently ignored; set generate\.guidance_scale: 1$")
+    with pytest.raises(LayoutError, match=message):
+        check_guidance(schnell, "flux", 3.5)
+    check_guidance(schnell, "flux", 1.0)  # schnell's own: no guidance
+    check_guidance(dev, "flux", 3.5)  # dev embeds the scale
+    check_guidance(dev, "flux", 1.0)
+    sd35 = layout(flux_folders["schnell"].parent / "sd35", SD35, FLOW)  # CFG families: any scale, config not read
+    check_guidance(str(sd35), "sd3", 7.0)
+
+
+def test_the_config_startup_refuses_schnell_with_guidance(flux_folders):
+    """The check runs where the config is validated (rewardloop.config.check_semantics), before any job."""
+    from workflow_helpers import ROOT
+
+    from rewardloop.config import load
+
+    def config(folder, scale):
+        return load(ROOT / "configs/tiny_sd3_grpo.yaml", {
+            "model": {"family": "flux", "path": str(folder), "build_tiny": False},
+            "generate": {"guidance_scale": scale}})
+
+    with pytest.raises(LayoutError, match=r"^generate\.guidance_scale: 4\.5, but model\.path .*schnell has no guidance"):
+        config(flux_folders["schnell"], 4.5)
+    assert config(flux_folders["schnell"], 1.0)["generate"]["guidance_scale"] == 1.0
+    assert config(flux_folders["dev"], 4.5)["model"]["family"] == "flux"
+
+
+def test_a_flux_folders_prompt_limits_are_t5s_512_and_clips_77(flux_folders, tmp_path):
+    """prompts.too_long counts with the folder's own tokenizers: CLIP's own limit (model_max_length: 77 in the
+    published FLUX.1 tokenizer/, 16 in the tiny one) and, for T5, the 512 tokens FluxPipeline encodes
+    (family.sequence_lengths: its max_sequence_length), whatever the T5 tokenizer's own model_max_length."""
+    import shutil
+
+    from rewardloop.models.families import get_family
+    from rewardloop.models.prompt_lengths import tokenizers
+
+    assert get_family("flux").sequence_lengths == {"tokenizer_2": 512}
+    tiny = tokenizers({"family": "flux", "path": str(flux_folders["dev"])})
+    assert {name: limit for name, (_, limit) in tiny.items()} == {"tokenizer": 16, "tokenizer_2": 512}
+    published = tmp_path / "published"  # the tiny folder with FLUX.1-dev's tokenizer limits
+    shutil.copytree(flux_folders["dev"], published)
+    for name, limit in (("tokenizer", 77), ("tokenizer_2", 256)):  # T5's own 256: FluxPipeline still encodes 512
+        config_file = published / name / "tokenizer_config.json"
+        config_file.write_text(json.dumps({**json.loads(config_file.read_text()), "model_max_length": limit}))
+    found = tokenizers({"family": "flux", "path": str(published)})
+    assert {name: limit for name, (_, limit) in found.items()} == {"tokenizer": 77, "tokenizer_2": 512}
+    clip, t5 = found["tokenizer"][0], found["tokenizer_2"][0]
+    assert type(t5).__name__.startswith("T5") and type(clip).__name__.startswith("CLIP")
+    assert clip.model_max_length == 77 and t5.model_max_length == 256

@@ -247,9 +247,10 @@ def check_semantics(config: dict) -> None:
         )
     models.check_model_reference(config["model"])
     if not config["model"]["build_tiny"] and Path(config["model"]["path"]).is_dir():
-        from rewardloop.models.layout import check_resolution
+        from rewardloop.models.layout import check_guidance, check_resolution
 
         check_resolution(config["model"]["path"], config["model"]["family"], config["generate"]["resolution"])
+        check_guidance(config["model"]["path"], config["model"]["family"], config["generate"]["guidance_scale"])
     lora.check_init_lora(config["model"], config["train"])
     offline = config["data"]["offline_pairs"]
     if offline and not Path(offline).is_file():

@@ -8,7 +8,9 @@ otherwise fail minutes into the first job, or worse run wrongly, is refused here
 - SD3.5's T5 half present: a ``tokenizer_3`` without ``text_encoder_3`` or the reverse;
 - a scheduler class whose config the samplers cannot rebuild theirs from (see
   :mod:`rewardloop.sampling.schedulers`), or a flow scheduler in a UNet family's folder;
-- a denoiser with no weights file, or only fp16 variant files while ``model.variant`` is unset.
+- a denoiser with no weights file, or only fp16 variant files while ``model.variant`` is unset;
+- a guidance scale the folder's variant would ignore: FLUX.1-schnell (no guidance embedding) with
+  ``generate.guidance_scale`` above 1 (:func:`check_guidance`).
 """
 
 from __future__ import annotations
@@ -123,3 +125,20 @@ def check_resolution(path: str, family_name: str, resolution: int) -> None:
     if resolution % factor:
         raise LayoutError(f"generate.resolution: {resolution} px is not a multiple of {factor} ({what}, "
                           f"{folder}); e.g. {max(factor, resolution // factor * factor)}")
+
+
+def check_guidance(path: str, family_name: str, guidance_scale: float) -> None:
+    """``generate.guidance_scale`` is one the folder's denoiser reads. A family whose guidance is an input of the
+    denoiser (``guidance`` "embedded", FLUX.1) runs no unconditional pass, so a checkpoint distilled without
+    the guidance embedding (FLUX.1-schnell: its transformer config has ``guidance_embeds`` false) takes no
+    guidance at all: a scale above 1 would be silently ignored, and is refused."""
+    from rewardloop.models.families import get_family
+
+    folder, family = Path(path), get_family(family_name)
+    if family.guidance != "embedded" or float(guidance_scale) <= 1.0:
+        return
+    config_file = folder / family.denoiser / "config.json"
+    if not read_json(config_file, f"the {family.denoiser}'s config").get("guidance_embeds", False):
+        raise LayoutError(f"generate.guidance_scale: {float(guidance_scale):g}, but model.path {folder} has no guidance "
+                          f"embedding ({config_file}: guidance_embeds false, a FLUX.1-schnell checkpoint): schnell "
+                          "takes no guidance, so the scale would be silently ignored; set generate.guidance_scale: 1")
