@@ -370,7 +370,8 @@ def check_objective(config: dict) -> None:
     if processes > 1 and not objective.multi_process:
         raise ConfigError(f"train.num_processes: {name} trains in one process (its micro-batches are not "
                           "split over ranks); set train.num_processes: null or 1")
-    rollouts = config["generate"]["prompts_per_iteration"] * config["generate"]["images_per_prompt"]
+    drawn = config["generate"]["prompts_per_iteration"]  # null: every train prompt (counted by check_shards)
+    rollouts = (drawn or processes) * config["generate"]["images_per_prompt"]
     if objective.signal == "advantages" and processes > rollouts:
         raise ConfigError(f"train.num_processes: {processes} processes for {rollouts} samples per iteration "
                           f"(generate.prompts_per_iteration x generate.images_per_prompt): every rank needs at least "
