@@ -41,6 +41,7 @@ TRAIN_FORWARDS = {
     "sft": 3,  # policy forward + backward on the chosen image
     "grpo": 3 + 1,  # policy forward + backward on a recorded step, the reference's forward (KL)
     "nft": 3 + 1 + 1,  # policy forward + backward, the old policy's forward, the reference's (KL)
+    "awm": 3 + 1 + 1,  # policy forward + backward, the EMA's forward, the reference's (KL)
 }
 
 
@@ -55,7 +56,7 @@ def denoiser_forward_flops(model_dir: Path, family, resolution: int, tokens: int
     side = resolution // 2 ** (len(vae["block_out_channels"]) - 1)
     with torch.device("meta"):
         model = getattr(diffusers, config["_class_name"]).from_config(config)
-        latents = torch.randn(1, config["in_channels"], side, side)
+        latents = torch.randn(1, family.latent_channels(config), side, side)
         if family.flow_matching:
             cond = {"prompt_embeds": torch.randn(1, tokens, config["joint_attention_dim"]),
                     "pooled_embeds": torch.randn(1, config["pooled_projection_dim"])}
@@ -126,7 +127,7 @@ def run_recipe(name: str, out: Path, assets: Path, size: str, device: str) -> di
     metrics = json.loads((it / "train.json").read_text())
     gen = cfg["generate"]
     images = gen["prompts_per_iteration"] * gen["images_per_prompt"]
-    cfg_passes = 2 if gen["guidance_scale"] > 1 else 1
+    cfg_passes = 2 if family.uses_cfg and gen["guidance_scale"] > 1 else 1  # an embedded guidance: one pass
     embeds = read_tensors(it / "latents.safetensors")[f"prompt_embeds/{read_table(it / 'samples.parquet').column('prompt_id')[0]}"]
     forward = denoiser_forward_flops(Path(cfg["model"]["path"]), family, gen["resolution"], embeds.shape[0])
     trained = metrics.get("pairs", metrics.get("samples", 0))
@@ -153,6 +154,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path("/tmp/rewardloop-gpu-smoke"))
     parser.add_argument("--recipes", default=",".join(RECIPES))
+    parser.add_argument("--family", help="only the recipes (of --recipes) whose model.family is this, e.g. flux")
     parser.add_argument("--size", choices=["full", "tiny"], default="full")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--peak-tflops", type=float, default=989.0, help="the device's dense bf16 peak")
@@ -161,7 +163,13 @@ def main() -> None:
         parser.error("no CUDA device (use --size tiny --device cpu to run the script on a CPU)")
     started = time.perf_counter()
     rows = []
-    for name in args.recipes.split(","):
+    names = args.recipes.split(",")
+    if args.family:
+        names = [n for n in names if yaml.safe_load((ROOT / "configs" / f"{n}.yaml").read_text())
+                 .get("model", {}).get("family") == args.family]
+        if not names:
+            parser.error(f"--family {args.family}: none of the recipes {args.recipes} is of that family")
+    for name in names:
         from accelerate.state import AcceleratorState
 
         AcceleratorState._reset_state(reset_partial_state=True)  # each recipe its own mixed precision

@@ -61,12 +61,12 @@ def test_the_flux_lora_trained_here_is_flux_py_s_targets():
             "single_transformer_blocks.0.attn.to_q"} <= adapted
 
 
-@pytest.mark.xfail(strict=True, reason="train.lora.targets defaults to the schema's UNet list "
-                   "(schemas/config.schema.yaml), never to the family's lora_targets: on FLUX that misses "
-                   "add_*_proj, to_add_out and ff_context (see the report of issue 29 §2)")
-def test_the_default_lora_targets_of_flux_are_flux_py_s():
+def test_the_default_lora_targets_are_the_familys():
+    """train.lora.targets: null (the schema's default) is filled with the family's list: flow_grpo's on FLUX."""
     cfg = config("configs/tiny_sd3_grpo.yaml", FLUX_DEV.overrides())
     assert sorted(cfg["train"]["lora"]["targets"]) == sorted(FLUX.lora_targets)
+    sd3 = config("configs/tiny_sd3_grpo.yaml")
+    assert sd3["train"]["lora"]["targets"] == ["to_q", "to_k", "to_v", "to_out.0", "ff.net.0.proj", "ff.net.2"]
 
 
 # --- GRPO: flow SDE, CPS, GRPO-Guard ---------------------------------------------------------------
@@ -242,7 +242,9 @@ def test_awm_loss_on_flux_equals_flow_factorys_on_a_micro_batch(tmp_path, flow):
 
 def flux_pair_inputs(flow, chosen, rejected, seed: int) -> TrainingInputs:
     pooled = torch.randn(len(chosen), flow.pooled_width, generator=torch.Generator().manual_seed(seed + 1))
-    return pair_inputs(chosen, rejected, prompt_embeds(len(chosen), flow.text_width, seed=seed), pooled)
+    inputs = pair_inputs(chosen, rejected, prompt_embeds(len(chosen), flow.text_width, seed=seed), pooled)
+    inputs.tensors["rollout/guidance_scale"] = torch.tensor(flow.guidance)  # the pairs' rollouts' scale
+    return inputs
 
 
 def pair_config(flow, loss: str, **train):
@@ -258,15 +260,11 @@ def test_pair_objectives_on_flux_move_towards_the_chosen_images(tmp_path, loss, 
     chosen, rejected = (train_good, train_bad) if direction == 1 else (train_bad, train_good)
     model = train(pair_config(FLUX_DEV, loss, steps=30, **options), FLUX_DEV.denoiser(),
                   flux_pair_inputs(FLUX_DEV, chosen, rejected, seed=3), FLUX_DEV.model_info(), tmp_path)
-    # measured without guidance (1), where the pair objectives train (see the DPO formula test)
-    moved = held_out_flow_matching_shift(model, dataclasses.replace(FLUX_DEV, guidance=1.0))
+    # measured at the rollouts' guidance (3.5), where the pair objectives train on dev (see the DPO formula test)
+    moved = held_out_flow_matching_shift(model, FLUX_DEV)
     assert moved * direction < 0, moved
 
 
-# The guidance scale the pair objectives predict at on FLUX.1-dev: "no guidance", the embedding at 1
-# (objectives/preference.py PairObjective._predict passes none; pairs carry no rollout guidance). Training
-# FLUX.1-dev's LoRA at 1 while it samples at generate.guidance_scale is a choice to revisit (see the report).
-PAIR_GUIDANCE = 1.0
 
 
 @pytest.mark.parametrize("flow", [FLUX_DEV, FLUX_SCHNELL], ids=["dev", "schnell"])
@@ -295,7 +293,8 @@ def test_pair_losses_on_flux_equal_a_hand_computation_with_packing(tmp_path, los
 
     def errors(x0):
         x_t = ((1 - sigma) * x0 + sigma * noise).float()
-        v = flux_velocity(model, x_t, sigma.flatten().float(), embeds, pooled, guidance=PAIR_GUIDANCE)
+        # FLUX.1-dev trains at its rollouts' guidance embedding (3.5); schnell has no guidance input
+        v = flux_velocity(model, x_t, sigma.flatten().float(), embeds, pooled, guidance=flow.guidance)
         return ((v - (noise - x0)) ** 2).mean(dim=(1, 2, 3))
 
     with torch.no_grad():

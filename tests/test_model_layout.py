@@ -194,6 +194,13 @@ def test_the_config_startup_refuses_schnell_with_guidance(flux_folders):
         config(flux_folders["schnell"], 4.5)
     assert config(flux_folders["schnell"], 1.0)["generate"]["guidance_scale"] == 1.0
     assert config(flux_folders["dev"], 4.5)["model"]["family"] == "flux"
+    # eval samples at its own scales too: each is checked under its own key
+    for evals, key in (({"guidance_scale": 3.5}, r"eval\.guidance_scale: 3\.5"),
+                       ({"also_at_guidance": [3.5]}, r"eval\.also_at_guidance: 3\.5")):
+        with pytest.raises(LayoutError, match=rf"^{key}, but model\.path .*schnell has no guidance"):
+            load(ROOT / "configs/tiny_sd3_grpo.yaml", {
+                "model": {"family": "flux", "path": str(flux_folders["schnell"]), "build_tiny": False},
+                "generate": {"guidance_scale": 1.0}, "eval": evals})
 
 
 def test_a_flux_folders_prompt_limits_are_t5s_512_and_clips_77(flux_folders, tmp_path):

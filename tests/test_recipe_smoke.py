@@ -53,8 +53,8 @@ def test_recipe_runs_one_iteration_on_its_replica(recipe, assets, tmp_path):
 
     it = work / "results/iter_000"
     samples = read_table(it / "samples.parquet").to_pandas()
-    expected = {"sd3": "flow_sde" if objective.records_steps else "flow_euler"}.get(
-        family.name, "ddim_recorded" if objective.records_steps else "ddim")
+    expected = (("flow_sde" if objective.records_steps else "flow_euler") if family.flow_matching
+                else ("ddim_recorded" if objective.records_steps else "ddim"))
     assert set(samples.sampler) == {expected}  # DDIM whatever the replica ships (PNDM, Euler)
     for table in ("scores", "eval"):
         rewards = read_table(it / f"{table}.parquet").to_pandas()["reward"].to_numpy()
@@ -63,10 +63,9 @@ def test_recipe_runs_one_iteration_on_its_replica(recipe, assets, tmp_path):
     tensors = read_tensors(it / "latents.safetensors")
     embeds = tensors[f"prompt_embeds/{samples.prompt_id[0]}"]
     assert embeds.dtype == torch.float32
-    if family.name == "sd3":  # CLIP's 77 tokens then T5's 256, as the SD3.5 pipeline encodes
-        assert embeds.shape[0] == 77 + 256
-    else:
-        assert embeds.shape[0] == 77
+    # SD3.5: CLIP's 77 tokens then T5's 256, as its pipeline encodes; FLUX.1: T5's 512 alone (CLIP gives the
+    # pooled embedding only); the UNets: CLIP's 77
+    assert embeds.shape[0] == {"sd3": 77 + 256, "flux": 512}.get(family.name, 77)
 
     # model(0) loads where a user would use it: the family's plain diffusers pipeline
     settings = yaml.safe_load(overlay.read_text())

@@ -175,7 +175,7 @@ def _fill_family_defaults(config: dict) -> None:
     family = get_family(config["model"]["family"])
     if config["generate"]["resolution"] is None:
         config["generate"]["resolution"] = family.default_resolution
-    for dotted, value in family.defaults.items():
+    for dotted, value in {**family.defaults, "train.lora.targets": list(family.lora_targets)}.items():
         *parents, key = dotted.split(".")
         section = config
         for name in parents:
@@ -250,7 +250,12 @@ def check_semantics(config: dict) -> None:
         from rewardloop.models.layout import check_guidance, check_resolution
 
         check_resolution(config["model"]["path"], config["model"]["family"], config["generate"]["resolution"])
-        check_guidance(config["model"]["path"], config["model"]["family"], config["generate"]["guidance_scale"])
+        scales = [("generate.guidance_scale", config["generate"]["guidance_scale"]),
+                  ("eval.guidance_scale", config["eval"].get("guidance_scale")),
+                  *(("eval.also_at_guidance", g) for g in config["eval"].get("also_at_guidance") or [])]
+        for key, scale in scales:
+            if scale is not None:
+                check_guidance(config["model"]["path"], config["model"]["family"], scale, key)
     lora.check_init_lora(config["model"], config["train"])
     offline = config["data"]["offline_pairs"]
     if offline and not Path(offline).is_file():

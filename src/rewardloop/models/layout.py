@@ -127,8 +127,8 @@ def check_resolution(path: str, family_name: str, resolution: int) -> None:
                           f"{folder}); e.g. {max(factor, resolution // factor * factor)}")
 
 
-def check_guidance(path: str, family_name: str, guidance_scale: float) -> None:
-    """``generate.guidance_scale`` is one the folder's denoiser reads. A family whose guidance is an input of the
+def check_guidance(path: str, family_name: str, guidance_scale: float, key: str = "generate.guidance_scale") -> None:
+    """``guidance_scale`` (the config's ``key``) is one the folder's denoiser reads. A family whose guidance is an input of the
     denoiser (``guidance`` "embedded", FLUX.1) runs no unconditional pass, so a checkpoint distilled without
     the guidance embedding (FLUX.1-schnell: its transformer config has ``guidance_embeds`` false) takes no
     guidance at all: a scale above 1 would be silently ignored, and is refused."""
@@ -139,6 +139,6 @@ def check_guidance(path: str, family_name: str, guidance_scale: float) -> None:
         return
     config_file = folder / family.denoiser / "config.json"
     if not read_json(config_file, f"the {family.denoiser}'s config").get("guidance_embeds", False):
-        raise LayoutError(f"generate.guidance_scale: {float(guidance_scale):g}, but model.path {folder} has no guidance "
+        raise LayoutError(f"{key}: {float(guidance_scale):g}, but model.path {folder} has no guidance "
                           f"embedding ({config_file}: guidance_embeds false, a FLUX.1-schnell checkpoint): schnell "
-                          "takes no guidance, so the scale would be silently ignored; set generate.guidance_scale: 1")
+                          f"takes no guidance, so the scale would be silently ignored; set {key}: 1")

@@ -41,6 +41,7 @@ class PairData:
     empty: dict[str, torch.Tensor] | None = None
     offline: int = 0
     offline_fraction: float = 0.0  # share of each micro-batch drawn from the offline pairs
+    guidance_scale: float = 1.0  # the rollouts' (rollout/guidance_scale; a guidance-embedding family trains at it)
 
     def __len__(self) -> int:
         return len(self.chosen)
@@ -74,6 +75,7 @@ def load_pairs(inputs: TrainingInputs) -> PairData:
         embeds=torch.stack([get(f"prompt_embeds/{p}") for p in pairs.prompt_id]),
         pooled=torch.stack([get(f"pooled_embeds/{p}") for p in pairs.prompt_id]) if has_pooled else None,
         empty=empty or None,
+        guidance_scale=float(inputs.tensors.get("rollout/guidance_scale", 1.0)),
     )
 
 
@@ -147,10 +149,16 @@ class PairObjective(Objective):
     multi_process = True
     full_model = True
     offline_pairs = True
+    guidance_scale = 1.0  # what the denoiser predicts at (set by load)
 
     def load(self, inputs: TrainingInputs, model) -> PairData:
         self.use_model(model)
-        return load_pairs(inputs)
+        data = load_pairs(inputs)
+        # No CFG pass in training; a guidance embedding (FLUX.1-dev) is an input of the one pass, and the pairs
+        # were sampled at the rollouts' scale, so the model is trained there (diffusers' FLUX LoRA scripts train
+        # at their guidance_scale too). 1 for a CFG family, as before.
+        self.guidance_scale = self.family.cfg_free_scale(data.guidance_scale)
+        return data
 
     @classmethod
     def check(cls, config) -> None:
@@ -240,8 +248,8 @@ class PairObjective(Objective):
     def _predict(self, policy: Policy, module, noisy, timesteps, cond: Mapping) -> torch.Tensor:
         """The family's prediction at ``noisy`` for the pairs' own conditioning (no guidance)."""
         with policy.autocast():
-            return self.family.predict(module, noisy, timesteps, cond, dtype=policy.model.dtype,
-                                       pixel_size=noisy.shape[-1] * self.vae_scale_factor)
+            return self.family.predict(module, noisy, timesteps, cond, guidance_scale=self.guidance_scale,
+                                       dtype=policy.model.dtype, pixel_size=noisy.shape[-1] * self.vae_scale_factor)
 
     @torch.no_grad()
     def evaluate(self, policy: Policy, data: PairData, batches: int = 4) -> dict:

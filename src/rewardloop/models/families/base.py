@@ -51,7 +51,7 @@ class ModelFamily:
     gated: ClassVar[bool] = False  # its hub checkpoints need HF_TOKEN (passed through, never stored)
     # "diffusers": lora.down/up names (diffusers' UNet LoRA scripts); "peft": lora_A/B (its transformer scripts)
     lora_key_format: ClassVar[str] = "diffusers"
-    lora_targets: ClassVar[tuple[str, ...]] = ("to_q", "to_k", "to_v", "to_out.0")
+    lora_targets: ClassVar[tuple[str, ...]] = ("to_q", "to_k", "to_v", "to_out.0")  # train.lora.targets: null
     # Tokens the pipeline encodes per tokenizer where that is not the tokenizer's own limit (T5).
     sequence_lengths: ClassVar[Mapping[str, int]] = {}
     # Config keys whose default depends on the family ("train.dpo.beta": 100): the schema's null there
@@ -126,6 +126,10 @@ class ModelFamily:
     def latent_shape(self, pipe, resolution: int) -> tuple[int, int, int]:
         """(channels, h, w) of one image's latents at ``resolution`` px, as the VAE decodes them."""
         raise NotImplementedError
+
+    def latent_channels(self, denoiser_config: Mapping) -> int:
+        """Channels of the VAE latents the denoiser reads (its ``in_channels`` unless it packs them)."""
+        return denoiser_config["in_channels"]
 
     def image_tokens(self, pipe, resolution: int) -> int:
         """The denoiser's image tokens at ``resolution`` (a dynamically shifted grid depends on them)."""

@@ -102,7 +102,10 @@ class Flux(ModelFamily):
             raise ValueError(f"generate.resolution: {resolution} is not divisible by {2 * factor} (the VAE factor "
                              f"{factor} x FLUX's 2x2 latent packing: the latent side must be even)")
         side = resolution // factor
-        return (pipe.transformer.config.in_channels // 4, side, side)
+        return (self.latent_channels(pipe.transformer.config), side, side)
+
+    def latent_channels(self, denoiser_config) -> int:
+        return denoiser_config["in_channels"] // 4  # 4 packed features per 2x2 patch
 
     def image_tokens(self, pipe, resolution: int) -> int:
         _, height, width = self.latent_shape(pipe, resolution)

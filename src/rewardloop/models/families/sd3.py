@@ -28,7 +28,7 @@ class SD3(ModelFamily):
     # projections would become lora.down beside add_*_proj's lora_A, and diffusers' loader, which reads the
     # format off one key, drops them.
     lora_key_format = "peft"
-    lora_targets = ("to_q", "to_k", "to_v", "to_out.0")
+    lora_targets = ("to_q", "to_k", "to_v", "to_out.0", "ff.net.0.proj", "ff.net.2")  # as before the adapters
     sequence_lengths = {"tokenizer_3": T5_SEQUENCE_LENGTH}
     # flow_grpo config/dpo.py trains SD3.5-M DPO with beta 100 in the same -beta/2 convention (on the velocity MSE).
     defaults = {"train.dpo.beta": 100}

@@ -12,7 +12,7 @@ class UNetFamily(ModelFamily):
     flow_matching = False
     guidance = "cfg"
     lora_key_format = "diffusers"
-    lora_targets = ("to_q", "to_k", "to_v", "to_out.0")
+    lora_targets = ("to_q", "to_k", "to_v", "to_out.0", "ff.net.0.proj", "ff.net.2")  # attention and feed-forward
     # DiffusionDPO's --beta_dpo for SD1.5 and SDXL (its README: 5000 and 5000), on the ε-MSE.
     defaults = {"train.dpo.beta": 5000}
 
