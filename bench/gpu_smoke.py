@@ -1,6 +1,6 @@
 """GPU smoke and benchmark: one shortened iteration of each GPU recipe on full-size replicas, no download.
 
-For each recipe (EXPO's DPO on SD1.5 and SDXL, Flow-GRPO and DiffusionNFT on SD3.5-Medium) this
+For each recipe (EXPO's DPO on SD1.5 and SDXL, Flow-GRPO and DiffusionNFT on SD3.5-Medium, Flow-GRPO on FLUX.1-dev) this
 builds a ``--size full`` replica of the family's published checkpoint (random weights, the real
 dimensions: models/replicas.py), points the recipe at it with its smoke overlay (tiny reward
 stand-ins: the reward models are not what is measured) at the recipe's own resolution, precision,
@@ -30,7 +30,7 @@ import torch
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-RECIPES = ["sd15_pickscore_dpo", "sdxl_pickscore_dpo", "sd35m_ocr_grpo", "sd35m_pickscore_nft"]
+RECIPES = ["sd15_pickscore_dpo", "sdxl_pickscore_dpo", "sd35m_ocr_grpo", "sd35m_pickscore_nft", "flux_dev_pickscore_grpo"]
 # Shortened iteration: few prompts and steps, the recipe's resolution, batch sizes and precision kept.
 GPU_SIZES = {"generate": {"prompts_per_iteration": 4, "images_per_prompt": 4, "steps": 10},
              "train": {"steps": 4, "gradient_accumulation_steps": 1, "checkpointing_steps": 1000},
