@@ -1,11 +1,17 @@
-"""A tiny, randomly initialised FLUX.1-architecture model for plumbing tests (seconds to build, offline).
+"""Tiny FLUX.1-architecture models, offline: a random-init one for plumbing tests (seconds) and a pretrained one.
 
 The layout of a FLUX.1 checkpoint (``FluxPipeline``): a CLIP text encoder whose pooled output feeds
 the transformer's pooled projection, a T5 encoder whose last hidden states are the text tokens, a
 ``FluxTransformer2DModel`` on 2x2-packed 16-channel latents and an ``AutoencoderKL`` with FLUX's
 scaling and shift factors. Both tokenizers are built here without a download: the CLIP one of
 :mod:`rewardloop.models.tokenizer`, the T5 SentencePiece one of :mod:`rewardloop.models.t5_tokenizer`.
-Untrained: its images are noise, which is all a test of the loop's plumbing needs.
+
+:func:`build_tiny_flux_pipeline` is untrained: its images are noise, which is all a test of the
+loop's plumbing needs. :func:`build_tiny_flux` is the embedded tiny FLUX that recipes learn on
+(``model.family: flux`` with ``model.build_tiny``): built and pretrained here on the synthetic
+captioned images with the recipe of the tiny SD3 (:mod:`rewardloop.models.pretraining`), its loss's
+velocity computed through the family adapter (``Flux.predict``), its conditioning through
+``FluxPipeline.encode_prompt`` (``Flux._encode``), so pretraining and sampling share one code path.
 
 ``guidance_embeds=True`` is FLUX.1-dev (guidance scale as an input, dev's dynamically shifted
 scheduler); ``False`` is FLUX.1-schnell (no guidance embedding, its static shift-1 scheduler).
@@ -13,14 +19,19 @@ scheduler); ``False`` is FLUX.1-schnell (no guidance embedding, its static shift
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
+import time
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 from rewardloop.artifacts import atomic_dir
 from rewardloop.models import tokenizer as tok
+from rewardloop.models.pretraining import (IMAGE_SIZE, Recipe, loss_summary, parameter_count, pretrain_vae, to_tensor,
+                                           train_denoiser)
 from rewardloop.models.published import SD3_TOKENIZER_3_CONFIG
 
 # The published scheduler/scheduler_config.json of FLUX.1-dev and FLUX.1-schnell.
@@ -87,3 +98,136 @@ def build_tiny_flux_pipeline(out_dir: str | os.PathLike | None = None, seed: int
             pipe.save_pretrained(tmp, safe_serialization=True)
     pipe.set_progress_bar_config(disable=True)
     return pipe
+
+
+# The pretrained tiny FLUX: the tiny SD3's sizes (src/rewardloop/models/tiny_sd3.py) where FLUX has the
+# same part, so that the two embedded flow models differ in their architecture, not in their budget.
+PRETRAINED_CLIP_CONFIG = dict(CLIP_CONFIG, hidden_size=32, intermediate_size=128, num_hidden_layers=3,
+                              projection_dim=32)  # = tiny SD3's SD3_TEXT_CONFIG
+PRETRAINED_T5_CONFIG = dict(T5_CONFIG, d_model=64, d_ff=128, d_kv=16, num_heads=4, num_layers=3)  # SD3's joint width 64
+PRETRAINED_TRANSFORMER_CONFIG = dict(
+    TRANSFORMER_CONFIG,
+    num_layers=2, num_single_layers=1,  # 3 blocks, as the tiny SD3's 3 joint blocks
+    attention_head_dim=16, num_attention_heads=4,  # width 64, as the tiny SD3's
+    joint_attention_dim=PRETRAINED_T5_CONFIG["d_model"],
+    pooled_projection_dim=PRETRAINED_CLIP_CONFIG["hidden_size"],
+    axes_dims_rope=(4, 6, 6),
+)
+# The guidance-embedding input during pretraining: uniform in [1, 5] (see build_tiny_flux), one draw per
+# chunk of GUIDANCE_CHUNK samples of a batch (Flux.predict takes one scale per call).
+GUIDANCE_RANGE = (1.0, 5.0)
+GUIDANCE_CHUNK = 8
+
+
+def flow_loss(family, transformer, pipe, x0, captions):
+    """The rectified-flow loss |v - (noise - x0)|^2 of one batch, v from ``family.predict`` (FLUX.1-dev's
+    guidance embedding fed a scale drawn in GUIDANCE_RANGE per chunk of GUIDANCE_CHUNK samples)."""
+    cond = family._encode(pipe, captions)  # with gradients: the text encoders train jointly
+    noise = torch.randn_like(x0)
+    # Logit-normal sigmas (SD3's training density, as the tiny SD3) put the effort on the mid-noise levels.
+    sigma = torch.sigmoid(torch.randn(len(captions))).view(-1, 1, 1, 1)
+    noisy = (1 - sigma) * x0 + sigma * noise
+    low, high = GUIDANCE_RANGE
+    preds = []
+    for start in range(0, len(captions), GUIDANCE_CHUNK):
+        part = slice(start, start + GUIDANCE_CHUNK)
+        scale = low + (high - low) * float(torch.rand(()))
+        preds.append(family.predict(transformer, noisy[part], sigma[part].flatten() * 1000,
+                                    {key: value[part] for key, value in cond.items()}, guidance_scale=scale))
+    return F.mse_loss(torch.cat(preds), noise - x0)
+
+
+def build_tiny_flux(out_dir: str | os.PathLike, seed: int = 0, progress: bool = True, **recipe) -> dict:
+    """Build, pretrain and save the tiny FLUX.1-dev model at ``out_dir`` atomically; return build stats.
+
+    ``recipe``: the fields of :class:`~rewardloop.models.pretraining.Recipe` (``unet_steps`` /
+    ``unet_lr`` name the transformer's pretraining), as the tiny SD3's: the same synthetic images and
+    captions, 10 % caption dropout, logit-normal sigmas and the rectified-flow loss
+    ``|v - (noise - x0)|^2`` at ``x_t = (1 - s) x0 + s noise``; the transformer and both text encoders
+    (a tiny CLIP, whose pooled output FLUX reads, and a tiny T5, whose 512 padded tokens are the text
+    tokens, as ``FluxPipeline`` encodes them) train jointly.
+
+    The velocity is ``Flux.predict(transformer, x_t, s * 1000, {prompt_embeds, pooled_embeds},
+    guidance_scale=g)``, the call the samplers make. FLUX.1-dev reads the guidance scale as an input
+    (a guidance embedding). The loss's target does not depend on ``g`` (there is no CFG teacher to
+    distil here), so the embedding learns to give the same velocity for every scale it is trained on;
+    what the draw buys is that those scales are *trained* inputs: ``g`` uniform in [1, 5] covers both
+    the scale the FLUX-dev recipes sample at (3.5, as flow_grpo and Flow-Factory use for dev) and the
+    guidance 1 that CFG-free settings pass, where one fixed ``g`` would leave every other scale an
+    untrained input of the embedding MLP. ``Flux.predict`` takes one scale per call, so ``g`` is drawn
+    per chunk of 8 samples of each batch (8 scales a step), not per sample.
+
+    The result is a plain ``FluxPipeline`` folder (FLUX.1-dev's dynamically shifted scheduler; the VAE's
+    ``shift_factor`` / ``scaling_factor`` the measured latent mean and 1/std, as the tiny SD3's) plus
+    ``build_info.json``, written atomically.
+    """
+    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
+    from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
+
+    from rewardloop.models.families import get_family
+    from rewardloop.models.t5_tokenizer import build_t5_tokenizer
+
+    recipe = Recipe(seed=seed, **recipe)
+    family = get_family("flux")
+    out_dir = Path(out_dir)
+    with atomic_dir(out_dir) as tmp:
+        t0 = time.perf_counter()
+        rng, prompts = recipe.start()
+        tokenizer = tok.build_tokenizer(tmp / "tokenizer")
+        tokenizer_2 = build_t5_tokenizer(tmp / "tokenizer_2", SD3_TOKENIZER_3_CONFIG)  # T5's, max length 512
+        vae = AutoencoderKL(**VAE_CONFIG)
+        vae_losses, z = pretrain_vae(vae, recipe, rng, prompts, progress)
+        mean, std = float(z.mean()), float(z.std())
+        vae.register_to_config(shift_factor=mean, scaling_factor=1.0 / std)
+        t_vae = time.perf_counter() - t0
+
+        clip = CLIPTextModel(CLIPTextConfig(vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id,
+                                            eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+                                            **PRETRAINED_CLIP_CONFIG))
+        t5 = T5EncoderModel(T5Config(vocab_size=len(tokenizer_2), **PRETRAINED_T5_CONFIG))
+        transformer = FluxTransformer2DModel(**PRETRAINED_TRANSFORMER_CONFIG, guidance_embeds=True)
+        pipe = FluxPipeline(scheduler=FlowMatchEulerDiscreteScheduler(**DEV_SCHEDULER), vae=vae,
+                            text_encoder=clip, tokenizer=tokenizer, text_encoder_2=t5, tokenizer_2=tokenizer_2,
+                            transformer=transformer)
+        shift, scale = vae.config.shift_factor, vae.config.scaling_factor
+
+        def step_loss(images, captions):
+            with torch.no_grad():
+                x0 = (vae.encode(to_tensor(images)).latent_dist.sample() - shift) * scale
+            return flow_loss(family, transformer, pipe, x0, captions)
+
+        params = [p for module in (transformer, clip, t5) for p in module.parameters()]
+        for module in (transformer, clip, t5):
+            module.train()
+        losses = train_denoiser(params, step_loss, prompts, recipe.unet_steps, recipe.batch_size, rng,
+                                recipe.unet_lr, recipe.caption_dropout, progress, "flux+text")
+        t_transformer = time.perf_counter() - t0 - t_vae
+
+        for module in (transformer, clip, t5):
+            module.eval()
+        pipe.save_pretrained(tmp, safe_serialization=True)
+        stats = {
+            "family": "flux",
+            "variant": "dev",  # guidance embedded
+            "seed": recipe.seed,
+            "pretrain_on": recipe.pretrain_on,
+            "image_size": IMAGE_SIZE,
+            "vae_steps": recipe.vae_steps,
+            "unet_steps": recipe.unet_steps,
+            "batch_size": recipe.batch_size,
+            "vae_lr": recipe.vae_lr,
+            "unet_lr": recipe.unet_lr,
+            "caption_dropout": recipe.caption_dropout,
+            "guidance_range": list(GUIDANCE_RANGE),
+            "guidance_chunk": GUIDANCE_CHUNK,
+            "shift_factor": mean,
+            "scaling_factor": 1.0 / std,
+            "vae_loss": loss_summary(vae_losses),
+            "transformer_loss": loss_summary(losses),
+            "params": {"vae": parameter_count(vae), "transformer": parameter_count(transformer),
+                       "text_encoders": parameter_count(clip, t5)},
+            "wall_s": {"vae": t_vae, "transformer_text": t_transformer, "total": time.perf_counter() - t0},
+            "torch_threads": torch.get_num_threads(),
+        }
+        (tmp / "build_info.json").write_text(json.dumps(stats, indent=2))
+    return stats

@@ -82,8 +82,8 @@ class Flux(ModelFamily):
     # As SD3: flow_grpo config/dpo.py's beta 100 for a flow model's DPO on the velocity MSE.
     defaults = {"train.dpo.beta": 100}
     capabilities = frozenset({"recorded_steps"})  # flow SDE / CPS steps (tests/test_flux_family.py replays them)
-    tiny_builder = "rewardloop.models.tiny_flux:build_tiny_flux_pipeline"
-    tiny_pretrained = False  # random-init, plumbing only
+    tiny_builder = "rewardloop.models.tiny_flux:build_tiny_flux"
+    tiny_pretrained = True
 
     def _encode(self, pipe, prompts):
         # encode_prompt returns (T5 states, CLIP pooled, text_ids); text_ids are rebuilt in predict.
