@@ -55,7 +55,7 @@ else:
 
     rule eval_base:
         input:
-            model=base_model_input,
+            model=BASE_MODEL_INPUT,
             prompts=config["prompts"]["eval"],
         output:
             table=f"{RESULTS}/base/eval.parquet",
@@ -80,7 +80,7 @@ else:
 
         rule eval_base_at_guidance:
             input:
-                model=base_model_input,
+                model=BASE_MODEL_INPUT,
                 prompts=config["prompts"]["eval"],
             output:
                 table=f"{RESULTS}/base/{{guidance_eval}}.parquet",
@@ -88,10 +88,10 @@ else:
             wildcard_constraints:
                 guidance_eval="|".join(GUIDANCE_EVAL_CFG).replace(".", r"\."),
             params:
-                cfg=lambda wildcards: GUIDANCE_EVAL_CFG[wildcards.guidance_eval],
+                cfg=guidance_eval_cfg,
                 iteration=None,
                 lora_dir=None,
-                name=lambda wildcards: wildcards.guidance_eval,
+                name="{guidance_eval}",
             log:
                 f"{RESULTS}/logs/base/{{guidance_eval}}.log",
             benchmark:

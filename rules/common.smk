@@ -1,6 +1,7 @@
 # Input functions and helpers shared by the rules. Iteration 0 is the only special case: it
 # samples from and trains on the base model (plus model.init_lora when given).
 
+import inspect
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -89,17 +90,32 @@ def all_targets():
     return targets + monitor_targets()  # rules/monitors.smk
 
 
-def base_model_input(wildcards):
-    """The base model folder when a rule of this workflow builds it; a user's model is checked at startup."""
-    return [config["model"]["path"]] if config["model"]["build_tiny"] else []
+# What a rule's input or params read of its job. Planning calls these functions once per job (1000
+# iterations: some 30,000 calls), so a value that needs no arithmetic on the wildcards is a plain string
+# with wildcards, which Snakemake formats itself, or a constant; and every function below goes through
+# job_function(): Snakemake reads a function's signature at each call (inspect.signature, three times per
+# job and function), unless the function carries it (the attribute snakemake.common.get_function_params
+# reads first). Either way the jobs' inputs and params are the same values (see docs/performance.md).
 
 
+def job_function(function):
+    """``function``, carrying its own signature for Snakemake (read once here, not at every job)."""
+    function._overwrite_params = inspect.signature(function).parameters
+    return function
+
+
+# The base model folder when a rule of this workflow builds it; a user's model is checked at startup.
+BASE_MODEL_INPUT = [config["model"]["path"]] if config["model"]["build_tiny"] else []
+
+
+@job_function
 def previous_lora_dir(wildcards):
     """model(it-1)'s LoRA folder, or None when iteration 0 starts from the bare base model."""
     it = int(wildcards.it)
     return checkpoint_dir(it - 1) if it > 0 else config["model"]["init_lora"]
 
 
+@job_function
 def previous_lora_input(wildcards):
     """model(it-1)'s marker file: its checkpoint (LoRA or full model), or model.init_lora's LoRA."""
     it = int(wildcards.it)
@@ -109,6 +125,7 @@ def previous_lora_input(wildcards):
     return [f"{folder}/{LORA_WEIGHTS}"] if folder else []
 
 
+@job_function
 def rollout_lora_dir(wildcards):
     """The adapter rollouts sample: model(it-1)'s, or the objective's old policy kept beside it (NFT)."""
     folder = previous_lora_dir(wildcards)
@@ -117,12 +134,14 @@ def rollout_lora_dir(wildcards):
     return f"{folder}/{OBJECTIVE.rollout_adapter}"
 
 
+@job_function
 def rollout_lora_input(wildcards):
     if OBJECTIVE.rollout_adapter == "current" or int(wildcards.it) == 0:
         return previous_lora_input(wildcards)
     return [f"{rollout_lora_dir(wildcards)}/{LORA_WEIGHTS}"]
 
 
+@job_function
 def previous_extra_adapters_input(wildcards):
     """model(it-1)'s weight sets beside its LoRA (NFT's old policy), which training continues."""
     it = int(wildcards.it)
@@ -142,19 +161,10 @@ def export_config():
     return {**stage_config(config, "model", "export"), "train": train}
 
 
-def offline_pairs_input(wildcards):
-    """The encoded offline pairs (data.offline_pairs), when configured."""
-    if not config["data"]["offline_pairs"]:
-        return []
-    return [f"{OFFLINE_DIR}/pairs.parquet", f"{OFFLINE_DIR}/latents.safetensors"]
-
-
-def offline_pairs_file(wildcards):
-    return f"{OFFLINE_DIR}/pairs.parquet" if config["data"]["offline_pairs"] else None
-
-
-def offline_latents_file(wildcards):
-    return f"{OFFLINE_DIR}/latents.safetensors" if config["data"]["offline_pairs"] else None
+# The encoded offline pairs (data.offline_pairs), when configured: train's input, and its params.
+OFFLINE_PAIRS_FILE = f"{OFFLINE_DIR}/pairs.parquet" if config["data"]["offline_pairs"] else None
+OFFLINE_LATENTS_FILE = f"{OFFLINE_DIR}/latents.safetensors" if config["data"]["offline_pairs"] else None
+OFFLINE_PAIRS_INPUT = [OFFLINE_PAIRS_FILE, OFFLINE_LATENTS_FILE] if config["data"]["offline_pairs"] else []
 
 
 def job_resources(extra_mem_mb=0, gpu=None):
@@ -182,6 +192,7 @@ def _at_iteration_0(input_function):
     return lambda wildcards: input_function(ITERATION_0)
 
 
+@job_function
 def preflight_input(wildcards):
     """Iteration 0's preflight figures and verdict, when preflight is on: a failed verdict stops train(0).
 
@@ -195,33 +206,36 @@ def preflight_input(wildcards):
     return [PREFLIGHT_FIGURES, ancient(PREFLIGHT_REPORT)]
 
 
-def train_signal_input(wildcards):
-    """What train learns from: pairs.parquet or advantages.parquet, by train.loss."""
-    return f"{iter_dir(wildcards.it)}/{SIGNAL}.parquet"
+# What train learns from (pairs.parquet or advantages.parquet, by train.loss) and its in-stage state,
+# as patterns of the {it} wildcard. (A folder param that is a prefix of the job's files stays a function:
+# as a plain string, `snakemake --lint` asks for one.)
+TRAIN_SIGNAL = f"{RESULTS}/iter_{{it}}/{SIGNAL}.parquet"
+TRAIN_STATE_DIR = f"{RESULTS}/iter_{{it}}/train/state"
 
 
+@job_function
 def train_dir(wildcards):
     return f"{iter_dir(wildcards.it)}/train"
 
 
-def train_state_dir(wildcards):
-    return f"{train_dir(wildcards)}/state"
-
-
+@job_function
 def checkpoint_dir_of(wildcards):
     return checkpoint_dir(wildcards.it)
 
 
+@job_function
 def iteration_of(wildcards):
     return int(wildcards.it)
 
 
+@job_function
 def iteration_metrics(wildcards):
     """metrics/<stage>.json of every stage of the iteration, and of its evals at further guidance
     scales (what track_iteration logs)."""
     return [f"{iter_dir(wildcards.it)}/metrics/{stage}.json" for stage in (*STAGES, *GUIDANCE_EVAL_CFG)]
 
 
+@job_function
 def iteration_benchmarks(wildcards):
     """{stage: benchmark TSV} of the iteration; read when present, not inputs (Snakemake writes them)."""
     return {stage: f"{RESULTS}/benchmarks/iter_{wildcards.it}/{stage}.tsv" for stage in STAGES}
@@ -231,6 +245,7 @@ def base_benchmark(wildcards):
     return f"{SHARED_RESULTS or RESULTS}/benchmarks/base/eval.tsv"
 
 
+@job_function
 def iteration_label(wildcards):
     return f"iteration {int(wildcards.it)}"
 
@@ -245,14 +260,11 @@ def all_iterations_metrics(stage):
 
 
 def shard_outputs(stage, name):
-    """An input function: ``name`` of every shard of ``stage`` (generate.shards / score.shards), in order."""
-
-    def inputs(wildcards):
-        return [f"{iter_dir(wildcards.it)}/shards/{stage}_{k:02d}/{name}" for k in range(config[stage]["shards"])]
-
-    return inputs
+    """``name`` of every shard of ``stage`` (generate.shards / score.shards), in order, as {it} patterns."""
+    return [f"{RESULTS}/iter_{{it}}/shards/{stage}_{k:02d}/{name}" for k in range(config[stage]["shards"])]
 
 
+@job_function
 def shard_index(wildcards):
     return int(wildcards.shard)
 
@@ -264,10 +276,12 @@ GOLD_REWARDS = config["gold_rewards"]
 GUARD = config["guard"]
 
 
+@job_function
 def folder_iteration(wildcards):
     return -1 if wildcards.folder == "base" else int(wildcards.folder[len("iter_"):])
 
 
+@job_function
 def folder_images(wildcards):
     """{source: table} of a folder's images: the eval images, and an iteration's rollouts."""
     tables = {"eval": f"{RESULTS}/{wildcards.folder}/eval.parquet"}
@@ -277,15 +291,11 @@ def folder_images(wildcards):
 
 
 def rescore_shard_outputs(suffix):
-    """An input function: a gold reward's rescore shards of a folder (score.shards), in order."""
-
-    def inputs(wildcards):
-        return [f"{RESULTS}/{wildcards.folder}/shards/rescore_{k:02d}/{wildcards.gold}.{suffix}"
-                for k in range(config["score"]["shards"])]
-
-    return inputs
+    """A gold reward's rescore shards of a folder (score.shards), in order, as {folder} and {gold} patterns."""
+    return [f"{RESULTS}/{{folder}}/shards/rescore_{k:02d}/{{gold}}.{suffix}" for k in range(config["score"]["shards"])]
 
 
+@job_function
 def rescore_config(wildcards):
     """One gold reward (and its checkpoint's fingerprint) and the scoring batch size."""
     one = {"gold_rewards": {wildcards.gold: GOLD_REWARDS[wildcards.gold]}, "score": config["score"]}
@@ -293,6 +303,12 @@ def rescore_config(wildcards):
     cfg["gold"] = cfg.pop("gold_rewards")
     cfg["score"] = {"batch_size": config["score"]["batch_size"]}
     return cfg
+
+
+@job_function
+def guidance_eval_cfg(wildcards):
+    """What an eval at a further guidance scale (eval.also_at_guidance) reads."""
+    return GUIDANCE_EVAL_CFG[wildcards.guidance_eval]
 
 
 def gold_files(folder, suffix="json"):
@@ -315,6 +331,7 @@ def monitor_targets():
     return targets
 
 
+@job_function
 def previous_guard_input(wildcards):
     """train(it) waits for iteration it-1's guard verdict (guard.enabled); ancient: a rerun of it never
     reruns training."""
@@ -322,6 +339,7 @@ def previous_guard_input(wildcards):
     return [ancient(f"{iter_dir(it - 1)}/guard.json")] if GUARD["enabled"] and it > 0 else []
 
 
+@job_function
 def monitors_tracking_inputs(wildcards):
     folder = wildcards.folder
     inputs = {"run": TRACKING_RUN, "health": f"{RESULTS}/{folder}/health.parquet",

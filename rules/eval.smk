@@ -3,7 +3,7 @@
 
 rule eval:
     input:
-        model=base_model_input,
+        model=BASE_MODEL_INPUT,
         prompts=config["prompts"]["eval"],
         lora=f"{RESULTS}/iter_{{it}}/checkpoint/{CHECKPOINT_FILE}",
     output:
@@ -32,7 +32,7 @@ if GUIDANCE_EVAL_CFG:
 
     rule eval_at_guidance:
         input:
-            model=base_model_input,
+            model=BASE_MODEL_INPUT,
             prompts=config["prompts"]["eval"],
             lora=f"{RESULTS}/iter_{{it}}/checkpoint/{CHECKPOINT_FILE}",
         output:
@@ -41,10 +41,10 @@ if GUIDANCE_EVAL_CFG:
         wildcard_constraints:
             guidance_eval="|".join(GUIDANCE_EVAL_CFG).replace(".", r"\."),
         params:
-            cfg=lambda wildcards: GUIDANCE_EVAL_CFG[wildcards.guidance_eval],
+            cfg=guidance_eval_cfg,
             iteration=iteration_of,
             lora_dir=checkpoint_dir_of,
-            name=lambda wildcards: wildcards.guidance_eval,
+            name="{guidance_eval}",
         log:
             f"{RESULTS}/logs/iter_{{it}}/{{guidance_eval}}.log",
         benchmark:

@@ -2,7 +2,7 @@
 # With generate.shards > 1, generate_shard jobs each sample a run of whole batches and rule generate
 # gathers them into the same files (equal byte for byte to an unsharded run's).
 
-GENERATE_INPUT = dict(model=base_model_input, lora=rollout_lora_input, prompts=config["prompts"]["train"])
+GENERATE_INPUT = dict(model=BASE_MODEL_INPUT, lora=rollout_lora_input, prompts=config["prompts"]["train"])
 GENERATE_CFG = stage_config(config, "seed", "model", "prompts", "generate", "device", keep={"prompts": ("train",)})
 
 

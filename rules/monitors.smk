@@ -113,7 +113,7 @@ rule guard:
         base_eval=f"{RESULTS}/base/metrics/eval.json",
         eval=f"{RESULTS}/iter_{{it}}/metrics/eval.json",
         base_gold=list(gold_files("base").values()),
-        gold=lambda wildcards: list(gold_files(f"iter_{wildcards.it}").values()),
+        gold=[f"{RESULTS}/iter_{{it}}/rescore/{name}.json" for name in GOLD_REWARDS],  # gold_files(iter_{it})
     output:
         verdict=f"{RESULTS}/iter_{{it}}/guard.json",
     params:

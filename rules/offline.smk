@@ -6,7 +6,7 @@ if config["data"]["offline_pairs"]:
 
     rule encode_offline_pairs:
         input:
-            model=base_model_input,
+            model=BASE_MODEL_INPUT,
             pairs=config["data"]["offline_pairs"],
         output:
             pairs=f"{OFFLINE_DIR}/pairs.parquet",

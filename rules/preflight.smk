@@ -9,7 +9,7 @@ if PREFLIGHT_ENABLED:
 
     rule preflight:
         input:
-            model=base_model_input,
+            model=BASE_MODEL_INPUT,
             lora=_at_iteration_0(previous_lora_input),
             rollout_lora=_at_iteration_0(rollout_lora_input),
             samples=f"{iter_dir(0)}/samples.parquet",

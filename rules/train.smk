@@ -5,12 +5,12 @@
 
 rule train:
     input:
-        model=base_model_input,
+        model=BASE_MODEL_INPUT,
         lora=previous_lora_input,
         extra=previous_extra_adapters_input,
-        signal=train_signal_input,
+        signal=TRAIN_SIGNAL,
         latents=f"{RESULTS}/iter_{{it}}/latents.safetensors",
-        offline=offline_pairs_input,
+        offline=OFFLINE_PAIRS_INPUT,
         preflight=preflight_input,
         guard=previous_guard_input,
     output:
@@ -21,9 +21,9 @@ rule train:
         cfg=stage_config(config, *TRAIN_SECTIONS),
         lora_dir=previous_lora_dir,
         out_dir=train_dir,
-        state_dir=train_state_dir,
-        offline_pairs=offline_pairs_file,
-        offline_latents=offline_latents_file,
+        state_dir=TRAIN_STATE_DIR,
+        offline_pairs=OFFLINE_PAIRS_FILE,
+        offline_latents=OFFLINE_LATENTS_FILE,
     log:
         f"{RESULTS}/logs/iter_{{it}}/train.log",
     benchmark:
