@@ -25,11 +25,12 @@ BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 GB = 1e9
 
 
-def components(family: str) -> dict[str, torch.nn.Module]:
-    """The family's full-size models (denoiser, VAE, text encoders) on the meta device."""
+def components(family: str, variant: str | None = None) -> dict[str, torch.nn.Module]:
+    """The family's full-size models (denoiser, VAE, text encoders) of its published ``variant`` (default the
+    family's first), on the meta device."""
     from rewardloop.models.replicas import _instantiate, replica_files
 
-    files = replica_files(family, "full")
+    files = replica_files(family, "full", variant)
     index = files["model_index.json"]
     models = {}
     with torch.device("meta"):
@@ -64,7 +65,9 @@ def plan(recipe: Path) -> dict:
     family = get_family(cfg["model"]["family"])
     train = cfg["train"]
     objective = get_objective(train["loss"]).from_config(cfg, 1)  # iteration 1: a "previous" reference exists
-    models = components(family.name)
+    from rewardloop.models.replicas import variant_of
+
+    models = components(family.name, variant_of(family.name, cfg["model"]["path"]))  # SD3.5 Large, FLUX schnell
     count = {name: sum(p.numel() for p in m.parameters()) for name, m in models.items()}
     precision = cfg["generate"]["precision"]
     vae_bytes = 4 if precision == "fp16" and models["vae"].config.force_upcast else BYTES[precision]
@@ -85,10 +88,10 @@ def plan(recipe: Path) -> dict:
 
 def main() -> None:
     recipes = [p for p in sorted((ROOT / "configs").glob("*.yaml")) if not p.stem.startswith("tiny_")]
-    print(f"{'recipe':24} {'family':6} {'precision':9} {'adapter':7} {'trained':>13} {'generate GB':>11} "
+    print(f"{'recipe':28} {'family':6} {'precision':9} {'adapter':7} {'trained':>13} {'generate GB':>11} "
           f"{'train GB':>9}   (weights, gradients, optimizer, reference; no activations)")
     for row in map(plan, recipes):
-        print(f"{row['recipe']:24} {row['family']:6} {row['precision']:9} {row['adapter']:7} "
+        print(f"{row['recipe']:28} {row['family']:6} {row['precision']:9} {row['adapter']:7} "
               f"{row['trained_params']:>13,} {row['generate_gb']:>11.1f} {row['train_gb']:>9.1f}")
 
 

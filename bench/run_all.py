@@ -32,6 +32,7 @@ def main() -> None:
             run("bench_default_run.py", "--keep-model", str(model))
         run("bench_generate.py", "--model", str(model))
         run("bench_train_step.py", "--model", str(model))
+        run("bench_dag.py")
 
 
 if __name__ == "__main__":

@@ -51,13 +51,15 @@ def recipe_config(recipe: Path, root: Path = REPO) -> dict:
     return merged
 
 
-def replica(family: str, assets: Path, size: str = "tiny") -> Path:
-    """The family's replica of ``size`` under ``assets`` (built once)."""
+def replica(family: str, assets: Path, size: str = "tiny", variant: str | None = None) -> Path:
+    """The family's replica of ``size`` under ``assets`` (built once): of ``variant`` (a published checkpoint
+    of the family, e.g. flux schnell), else the family's default one."""
     from rewardloop.models.replicas import build_replica
 
-    folder = assets / f"replica-{family}" if size == "tiny" else assets / f"replica-{family}-{size}"
+    name = f"replica-{family}" + (f"-{variant}" if variant else "") + ("" if size == "tiny" else f"-{size}")
+    folder = assets / name
     if not (folder / "model_index.json").is_file():
-        build_replica(family, folder, size=size, seed=0)
+        build_replica(family, folder, size=size, seed=0, variant=variant)
     return folder
 
 
@@ -78,14 +80,17 @@ def write_overlay(recipe, out_dir, assets=None, root: Path = REPO, size: str = "
     """Write ``out_dir/overlay.yaml`` for ``recipe`` (replica and stand-ins under ``assets``, default
     ``out_dir/assets``, reused when present; ``size`` full: a full-size replica, for GPUs); returns its path."""
     from rewardloop.config import deep_merge
+    from rewardloop.models.replicas import variant_of
     from rewardloop.objectives import get_objective
     from rewardloop.smoke.standins import build_standin
 
     out_dir = Path(out_dir).resolve()
     assets = Path(assets).resolve() if assets else out_dir / "assets"
     config = recipe_config(Path(recipe), root)
+    family = config["model"]["family"]
     overlay = deep_merge(SMOKE, {
-        "model": {"path": str(replica(config["model"]["family"], assets, size)), "build_tiny": False, "init_lora": None},
+        "model": {"path": str(replica(family, assets, size, variant_of(family, config["model"]["path"]))),
+                  "build_tiny": False, "init_lora": None},
         "prompts": {key: first_prompts(config["prompts"][key], count, out_dir / f"prompts_{key}.jsonl", root)
                     for key, count in PROMPTS.items()},
     })
