@@ -79,8 +79,8 @@ class ModelFamily:
         return self.guidance == "cfg"
 
     def cfg_free_scale(self, rollout_scale: float) -> float:
-        """The guidance a CFG-free objective (NFT, AWM) predicts at: none (1) where guidance is a second
-        pass; the rollout's own where it is an input of the one pass (a guidance embedding)."""
+        """The guidance an objective that trains without CFG (NFT, AWM, DPO, SFT) predicts at: none (1) where
+        guidance is a second pass; the rollout's own where it is an input of the one pass (an embedding)."""
         return float(rollout_scale) if self.guidance == "embedded" else 1.0
 
     def __repr__(self) -> str:
