@@ -205,8 +205,9 @@ def test_the_config_startup_refuses_schnell_with_guidance(flux_folders):
 
 def test_a_flux_folders_prompt_limits_are_t5s_512_and_clips_77(flux_folders, tmp_path):
     """prompts.too_long counts with the folder's own tokenizers: CLIP's own limit (model_max_length: 77 in the
-    published FLUX.1 tokenizer/, 16 in the tiny one) and, for T5, the 512 tokens FluxPipeline encodes
-    (family.sequence_lengths: its max_sequence_length), whatever the T5 tokenizer's own model_max_length."""
+    published FLUX.1 tokenizer/, 16 in the tiny one) and, for T5, the tokens Flux.t5_tokens encodes:
+    FluxPipeline's 512 (family.sequence_lengths), or the T5 tokenizer's own model_max_length where it is lower
+    (the pretrained tiny FLUX's 16)."""
     import shutil
 
     from rewardloop.models.families import get_family
@@ -217,11 +218,11 @@ def test_a_flux_folders_prompt_limits_are_t5s_512_and_clips_77(flux_folders, tmp
     assert {name: limit for name, (_, limit) in tiny.items()} == {"tokenizer": 16, "tokenizer_2": 512}
     published = tmp_path / "published"  # the tiny folder with FLUX.1-dev's tokenizer limits
     shutil.copytree(flux_folders["dev"], published)
-    for name, limit in (("tokenizer", 77), ("tokenizer_2", 256)):  # T5's own 256: FluxPipeline still encodes 512
+    for name, limit in (("tokenizer", 77), ("tokenizer_2", 256)):  # T5's own 256: what is encoded, and counted
         config_file = published / name / "tokenizer_config.json"
         config_file.write_text(json.dumps({**json.loads(config_file.read_text()), "model_max_length": limit}))
     found = tokenizers({"family": "flux", "path": str(published)})
-    assert {name: limit for name, (_, limit) in found.items()} == {"tokenizer": 77, "tokenizer_2": 512}
+    assert {name: limit for name, (_, limit) in found.items()} == {"tokenizer": 77, "tokenizer_2": 256}
     clip, t5 = found["tokenizer"][0], found["tokenizer_2"][0]
     assert type(t5).__name__.startswith("T5") and type(clip).__name__.startswith("CLIP")
     assert clip.model_max_length == 77 and t5.model_max_length == 256

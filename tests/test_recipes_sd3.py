@@ -48,10 +48,12 @@ def test_loss_must_fit_the_family(family, loss, ok):
 
 @pytest.mark.parametrize("overrides, key", [
     ({"train": {"adapter": "none"}}, "train.adapter"),
-    ({"train": {"num_processes": 2}}, "train.num_processes"),
+    ({"train": {"num_processes": 3}, "generate": {"prompts_per_iteration": 1, "images_per_prompt": 2}},
+     "train.num_processes"),
 ])
 def test_group_losses_refuse_what_they_do_not_support(overrides, key):
-    """GRPO/NFT train a LoRA (the reference is the LoRA disabled) in one process."""
+    """GRPO/NFT train a LoRA (the reference is the LoRA disabled); they split their samples over processes, so
+    more processes than samples per iteration is refused (tests/test_multiprocess_training.py trains them in 2)."""
     from rewardloop.config import ConfigError, deep_merge, load
 
     with pytest.raises(ConfigError, match=key):

@@ -55,7 +55,7 @@ def _folder_tokenizers(folder: str, names: tuple[str, ...], sequence_lengths: tu
         if (Path(folder) / name).is_dir():
             tokenizer = AutoTokenizer.from_pretrained(Path(folder) / name)
             # T5: the pipeline's max_sequence_length, not the tokenizer's 512
-            found[name] = (tokenizer, lengths.get(name, tokenizer.model_max_length))
+            found[name] = (tokenizer, min(lengths.get(name, tokenizer.model_max_length), tokenizer.model_max_length))
     return found
 
 

@@ -116,6 +116,7 @@ PRETRAINED_TRANSFORMER_CONFIG = dict(
 # The guidance-embedding input during pretraining: uniform in [1, 5] (see build_tiny_flux), one draw per
 # chunk of GUIDANCE_CHUNK samples of a batch (Flux.predict takes one scale per call).
 GUIDANCE_RANGE = (1.0, 5.0)
+TINY_T5_TOKENS = 16  # the pretrained tiny FLUX's T5 limit (tokenizer_2 model_max_length; Flux.t5_tokens reads it)
 GUIDANCE_CHUNK = 8
 
 
@@ -157,9 +158,9 @@ def build_tiny_flux(out_dir: str | os.PathLike, seed: int = 0, progress: bool = 
     untrained input of the embedding MLP. ``Flux.predict`` takes one scale per call, so ``g`` is drawn
     per chunk of 8 samples of each batch (8 scales a step), not per sample.
 
-    Cost: ``Flux`` encodes FluxPipeline's 512 T5 tokens, so the transformer attends over 512 + 16
-    tokens where the tiny SD3 has 16 text tokens: a batch-64 step took 17.5 s (1 thread, 2 shared cores) against
-    0.24 s with 16 T5 tokens (docs/flow-rl.md, "The tiny FLUX.1-dev").
+    Cost: its T5 tokenizer says 16 tokens (``TINY_T5_TOKENS``), which ``Flux.t5_tokens`` encodes, so the
+    transformer attends over 16 + 16 tokens as the tiny SD3 does; at FluxPipeline's 512 a batch-64 step took
+    17.5 s (1 thread, 2 shared cores) against 0.24 s (docs/flow-rl.md, "The tiny FLUX.1-dev").
 
     The result is a plain ``FluxPipeline`` folder (FLUX.1-dev's dynamically shifted scheduler; the VAE's
     ``shift_factor`` / ``scaling_factor`` the measured latent mean and 1/std, as the tiny SD3's) plus
@@ -178,7 +179,9 @@ def build_tiny_flux(out_dir: str | os.PathLike, seed: int = 0, progress: bool = 
         t0 = time.perf_counter()
         rng, prompts = recipe.start()
         tokenizer = tok.build_tokenizer(tmp / "tokenizer")
-        tokenizer_2 = build_t5_tokenizer(tmp / "tokenizer_2", SD3_TOKENIZER_3_CONFIG)  # T5's, max length 512
+        # T5's, at 16 tokens (Flux.t5_tokens reads the tokenizer's limit): 512 made a pretraining step 70x slower
+        tokenizer_2 = build_t5_tokenizer(tmp / "tokenizer_2",
+                                         {**SD3_TOKENIZER_3_CONFIG, "model_max_length": TINY_T5_TOKENS})
         vae = AutoencoderKL(**VAE_CONFIG)
         vae_losses, z = pretrain_vae(vae, recipe, rng, prompts, progress)
         mean, std = float(z.mean()), float(z.std())

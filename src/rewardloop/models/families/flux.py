@@ -85,10 +85,16 @@ class Flux(ModelFamily):
     tiny_builder = "rewardloop.models.tiny_flux:build_tiny_flux"
     tiny_pretrained = True
 
+    def t5_tokens(self, pipe) -> int:
+        """T5 tokens of the conditioning: FluxPipeline's 512, or fewer where the folder's T5 tokenizer says so
+        (the published FLUX.1 tokenizer_2 says 512; the embedded tiny FLUX's 16, so that pretraining and
+        rollouts on the CPU attend over 16 text tokens as the tiny SD3's do, not 512)."""
+        return min(FLUX_T5_TOKENS, pipe.tokenizer_2.model_max_length)
+
     def _encode(self, pipe, prompts):
         # encode_prompt returns (T5 states, CLIP pooled, text_ids); text_ids are rebuilt in predict.
         embeds, pooled, _ = pipe.encode_prompt(prompt=prompts, prompt_2=None, device=pipe.device,
-                                               max_sequence_length=self.sequence_lengths["tokenizer_2"])
+                                               max_sequence_length=self.t5_tokens(pipe))
         return {"prompt_embeds": embeds, "pooled_embeds": pooled}
 
     def resolution_factor(self, vae_config, denoiser_config):
