@@ -56,22 +56,22 @@ onsuccess:
     warm.stop()
     from rewardloop import tracking
 
-    from rewardloop.monitors import guard
+    from rewardloop.monitors import history
 
     for folder in RUN_FOLDERS:
         tracking.report(folder)  # one line on stderr when a tracking marker says failed
-        guard.report(folder)  # one line naming every iteration whose guard found a breach
+        history.report(folder)  # one line naming every iteration whose guard found a breach
 
 
 onerror:
     warm.stop()
     from rewardloop import tracking
 
-    from rewardloop.monitors import guard
+    from rewardloop.monitors import history
 
     for folder in RUN_FOLDERS:
         tracking.report(folder)
-        guard.report(folder)
+        history.report(folder)
 
 
 # One run writes results/iter_XXX/ (rules/run.smk); with `experiments:`, every variant × seed is such a

@@ -12,9 +12,6 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Mapping
 
-# Their names here before the guard became pure, still used by the Snakefile's onsuccess and stages/guard.py.
-from rewardloop.monitors.history import STOPPED_FILE, VERDICT_FILE, report  # noqa: F401
-
 # (config key, health statistic, how the iteration's value is compared with the base's)
 RISES = (("dark_fraction_rise", "dark_fraction"), ("bright_fraction_rise", "bright_fraction"))
 FLOORS = (("colour_entropy_ratio", "colour_entropy"), ("diversity_ratio", "diversity"))
