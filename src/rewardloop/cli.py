@@ -84,7 +84,7 @@ def parser() -> argparse.ArgumentParser:
     build.add_argument("--out", default="resources/models/tiny-sd15", help="output diffusers folder")
     build.add_argument("--seed", type=int, default=0, help="seed of the weights and of the synthetic data")
     random_init = [name for name in tiny if not FAMILIES[name].tiny_pretrained]
-    build.add_argument("--family", choices=tiny, default="sd15",
+    build.add_argument("--family", choices=tiny, default=tiny[0],  # the first registered: the default run's
                        help=f"{', '.join(n for n in tiny if n not in random_init)} are briefly pretrained; "
                             f"{', '.join(random_init)}: tiny random-init models of the architecture (plumbing "
                             "tests; the pretraining options do not apply)")
