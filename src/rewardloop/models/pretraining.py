@@ -114,6 +114,13 @@ def train_denoiser(params: list, step_loss: Callable[[np.ndarray, list[str]], to
     return losses
 
 
+def recipe_summary(recipe: Recipe) -> dict:
+    """The recipe's fields a tiny model's build_info.json records (in this order)."""
+    return {"seed": recipe.seed, "pretrain_on": recipe.pretrain_on, "image_size": IMAGE_SIZE,
+            "vae_steps": recipe.vae_steps, "unet_steps": recipe.unet_steps, "batch_size": recipe.batch_size,
+            "vae_lr": recipe.vae_lr, "unet_lr": recipe.unet_lr, "caption_dropout": recipe.caption_dropout}
+
+
 def loss_summary(losses: list[float]) -> dict:
     """First loss and mean over the last 10 % of steps."""
     tail = losses[-max(1, len(losses) // 10):]

@@ -30,8 +30,8 @@ import torch.nn.functional as F
 
 from rewardloop.artifacts import atomic_dir
 from rewardloop.models import tokenizer as tok
-from rewardloop.models.pretraining import (IMAGE_SIZE, Recipe, loss_summary, parameter_count, pretrain_vae, to_tensor,
-                                           train_denoiser)
+from rewardloop.models.pretraining import (Recipe, loss_summary, parameter_count, pretrain_vae,
+                                           recipe_summary, to_tensor, train_denoiser)
 from rewardloop.models.published import SD3_TOKENIZER_3_CONFIG
 
 # The published scheduler/scheduler_config.json of FLUX.1-dev and FLUX.1-schnell.
@@ -216,15 +216,7 @@ def build_tiny_flux(out_dir: str | os.PathLike, seed: int = 0, progress: bool = 
         stats = {
             "family": "flux",
             "variant": "dev",  # guidance embedded
-            "seed": recipe.seed,
-            "pretrain_on": recipe.pretrain_on,
-            "image_size": IMAGE_SIZE,
-            "vae_steps": recipe.vae_steps,
-            "unet_steps": recipe.unet_steps,
-            "batch_size": recipe.batch_size,
-            "vae_lr": recipe.vae_lr,
-            "unet_lr": recipe.unet_lr,
-            "caption_dropout": recipe.caption_dropout,
+            **recipe_summary(recipe),
             "guidance_range": list(GUIDANCE_RANGE),
             "guidance_chunk": GUIDANCE_CHUNK,
             "shift_factor": mean,

@@ -29,8 +29,8 @@ import torch.nn.functional as F
 
 from rewardloop.artifacts import atomic_dir
 from rewardloop.models import tokenizer as tok
-from rewardloop.models.pretraining import (IMAGE_SIZE, Recipe, loss_summary, parameter_count, pretrain_vae, to_tensor,
-                                           train_denoiser)
+from rewardloop.models.pretraining import (IMAGE_SIZE, Recipe, loss_summary, parameter_count, pretrain_vae,
+                                           recipe_summary, to_tensor, train_denoiser)
 from rewardloop.models.tiny_sd15 import TEXT_CONFIG, VAE_CONFIG
 
 SCHEDULER = dict(num_train_timesteps=1000, shift=3.0)  # SD3/SD3.5's scheduler_config.json
@@ -124,15 +124,7 @@ def build_tiny_sd3(out_dir: str | os.PathLike, progress: bool = True, **recipe) 
         pipe.save_pretrained(tmp, safe_serialization=True)
         stats = {
             "family": "sd3",
-            "seed": recipe.seed,
-            "pretrain_on": recipe.pretrain_on,
-            "image_size": IMAGE_SIZE,
-            "vae_steps": recipe.vae_steps,
-            "unet_steps": recipe.unet_steps,
-            "batch_size": recipe.batch_size,
-            "vae_lr": recipe.vae_lr,
-            "unet_lr": recipe.unet_lr,
-            "caption_dropout": recipe.caption_dropout,
+            **recipe_summary(recipe),
             "shift_factor": mean,
             "scaling_factor": 1.0 / std,
             "vae_loss": loss_summary(vae_losses),

@@ -197,11 +197,12 @@ def combine(out: torch.Tensor, batch: int, guidance_scale: float) -> torch.Tenso
     return uncond + guidance_scale * (text - uncond)
 
 
-def batch_timesteps(timestep, latents: torch.Tensor, dtype=None) -> torch.Tensor:
-    """``timestep`` (a scalar or [B]) as [B] on the latents' device (fp32 unless ``dtype`` says otherwise)."""
+def batch_timesteps(timestep, latents: torch.Tensor) -> torch.Tensor:
+    """``timestep`` (a scalar or [B]) as [B] on the latents' device: a float one in fp32, an integer one (DDPM)
+    kept integer."""
     import torch
 
     value = torch.as_tensor(timestep, device=latents.device)
-    if dtype is not None or value.is_floating_point():
-        value = value.to(dtype or torch.float32)
+    if value.is_floating_point():
+        value = value.to(torch.float32)
     return value.reshape(-1).expand(len(latents))
