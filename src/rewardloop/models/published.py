@@ -1,30 +1,33 @@
-"""The published configs of the model families and their variants, as plain dicts (full size).
+"""The published configs of the model families and their variants (full size), and what is known
+of each checkpoint's weight files.
 
-Every dict is the JSON file of the published diffusers checkpoint, key for key and in the file's
-own key order (``rewardloop.models.replicas`` writes them back verbatim):
+The configs are data: one folder per published checkpoint under ``models/families/published/``
+(``<family>_<variant>``, laid out as its hub repository is: ``model_index.json``,
+``unet/config.json``, ...), each file the JSON file of the published diffusers checkpoint, key for
+key and in the file's own key order and formatting (``rewardloop.models.replicas`` writes them back
+verbatim). A folder per checkpoint, mirroring the hub, so that a file can be diffed against a real
+download and a new checkpoint is added by dropping its JSON files in; a variant's folder holds only
+the files in which it differs from its family's default (``CHECKPOINT_FOLDERS`` says which folders
+each one is layered from). The source of every value, verbatim or reconstructed, is in that folder's
+README.md; in short:
 
-* sd15: ``stable-diffusion-v1-5/stable-diffusion-v1-5`` (the re-host of ``runwayml/stable-diffusion-v1-5``).
-  Source: the GitHub mirror of the hub repository's git history ``HDRJ-One/runwayml-stable-diffusion-v1-5``
-  (HEAD 5fa07f3 "Update README.md", after "Add non_ema weights as variant (#170)"), file by file.
-* sdxl: ``stabilityai/stable-diffusion-xl-base-1.0``. Source: the GitHub mirror of its history
-  ``andrewcchoi/stabilityai-stable-diffusion-xl-base-1.0`` (HEAD bf71498, 2023-08-04
-  "Update model_index.json"), file by file.
-* sd3: ``stabilityai/stable-diffusion-3.5-medium`` (gated: no verbatim mirror was found). The
-  transformer, VAE and model index are cross-checked against public code that reproduces them to
-  avoid the gate (``tenstorrent/tt-forge-models`` ``stable_diffusion_3_5_fp8/pytorch/src/model_utils.py``)
-  and the model card; the text encoders and tokenizers are SD3's (the HF SD3.5 release blog: "the
-  text encoders, VAE, and noise scheduler stay exactly the same as in SD3 Medium"), whose values are
-  those of SDXL's CLIP encoders (above) and of google/t5-v1_1-xxl. Comments mark the values that
-  are reconstructed rather than read from a copy of the file.
+* sd15: ``stable-diffusion-v1-5/stable-diffusion-v1-5``, from the GitHub mirror of the hub repository's
+  git history ``HDRJ-One/runwayml-stable-diffusion-v1-5`` (HEAD 5fa07f3), verbatim.
+* sdxl: ``stabilityai/stable-diffusion-xl-base-1.0``, from ``andrewcchoi/stabilityai-stable-diffusion-xl-base-1.0``
+  (HEAD bf71498), verbatim.
+* sd3: ``stabilityai/stable-diffusion-3.5-medium`` (gated: no verbatim mirror was found), cross-checked
+  against public code that reproduces it (``tenstorrent/tt-forge-models``) and the model card; partly
+  reconstructed.
 * sd3 variants large and large-turbo: ``stabilityai/stable-diffusion-3.5-large`` (-turbo), gated; from the
   hub mirror ``frankjoshua/stable-diffusion-3.5-large`` (file pages and tree listings with byte sizes).
 * flux: ``black-forest-labs/FLUX.1-dev`` (gated; the default variant) and ``black-forest-labs/FLUX.1-schnell``
   (Apache-2.0): the schnell repository's own file pages, hub mirrors of both at their diffusers commits
-  (768d12a, 01aa605) and verbatim copies, each dict checked against the byte size the hub tree lists.
+  (768d12a, 01aa605) and verbatim copies, each file checked against the byte size the hub tree lists.
 
-``VARIANTS[family]`` lists a family's published checkpoints (the first is the default, the one
-PUBLISHED_FILES / WEIGHTS / PUBLISHED_REPOS hold): repo, files, weights and, where a model card gives
-them, the sampling settings.
+``published_files(family, variant)`` is the one loader of those files. ``VARIANTS[family]`` lists a
+family's published checkpoints (the first is the default, the one PUBLISHED_FILES / WEIGHTS /
+PUBLISHED_REPOS hold): repo, files, weights and, where a model card gives them, the sampling settings.
+The ``SD15_UNET``-style names are the default checkpoints' files, by component.
 
 ``PUBLISHED_FILES[family]`` maps each JSON file's path in the checkpoint folder to its dict;
 ``WEIGHTS[family]`` says how each component's weights are stored (file stem, dtype, fp16 variant,
@@ -35,691 +38,63 @@ which the full-size configs are checked.
 
 from __future__ import annotations
 
-_DOWN_ENCODER = ["DownEncoderBlock2D"] * 4
-_UP_DECODER = ["UpDecoderBlock2D"] * 4
+import json
+from pathlib import Path
 
-# ---------------------------------------------------------------------------------------------
-# SD1.5 (HDRJ-One/runwayml-stable-diffusion-v1-5 @ 5fa07f3: the hub repo's files, verbatim)
-# ---------------------------------------------------------------------------------------------
+PUBLISHED_DIR = Path(__file__).parent / "families" / "published"
 
-# model_index.json ("Fix deprecation warning by changing CLIPFeatureExtractor to CLIPImageProcessor (#124)").
-SD15_MODEL_INDEX = {
-    "_class_name": "StableDiffusionPipeline",
-    "_diffusers_version": "0.6.0",
-    "feature_extractor": ["transformers", "CLIPImageProcessor"],
-    "safety_checker": ["stable_diffusion", "StableDiffusionSafetyChecker"],
-    "scheduler": ["diffusers", "PNDMScheduler"],
-    "text_encoder": ["transformers", "CLIPTextModel"],
-    "tokenizer": ["transformers", "CLIPTokenizer"],
-    "unet": ["diffusers", "UNet2DConditionModel"],
-    "vae": ["diffusers", "AutoencoderKL"],
-}
-# scheduler/scheduler_config.json (also diffusers' docs, "Load schedulers"; key order as in the file).
-SD15_SCHEDULER = {
-    "_class_name": "PNDMScheduler",
-    "_diffusers_version": "0.6.0",
-    "beta_end": 0.012,
-    "beta_schedule": "scaled_linear",
-    "beta_start": 0.00085,
-    "num_train_timesteps": 1000,
-    "set_alpha_to_one": False,
-    "skip_prk_steps": True,
-    "steps_offset": 1,
-    "trained_betas": None,
-    "clip_sample": False,
-}
-# unet/config.json ("Update unet/config.json (#14)").
-SD15_UNET = {
-    "_class_name": "UNet2DConditionModel",
-    "_diffusers_version": "0.6.0",
-    "act_fn": "silu",
-    "attention_head_dim": 8,
-    "block_out_channels": [320, 640, 1280, 1280],
-    "center_input_sample": False,
-    "cross_attention_dim": 768,
-    "down_block_types": ["CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "DownBlock2D"],
-    "downsample_padding": 1,
-    "flip_sin_to_cos": True,
-    "freq_shift": 0,
-    "in_channels": 4,
-    "layers_per_block": 2,
-    "mid_block_scale_factor": 1,
-    "norm_eps": 1e-05,
-    "norm_num_groups": 32,
-    "out_channels": 4,
-    "sample_size": 64,
-    "up_block_types": ["UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"],
-}
-# vae/config.json. The file has no scaling_factor (nor force_upcast): diffusers' defaults
-# (0.18215, True) apply, which are SD1.5's values.
-SD15_VAE = {
-    "_class_name": "AutoencoderKL",
-    "_diffusers_version": "0.6.0",
-    "act_fn": "silu",
-    "block_out_channels": [128, 256, 512, 512],
-    "down_block_types": _DOWN_ENCODER,
-    "in_channels": 3,
-    "latent_channels": 4,
-    "layers_per_block": 2,
-    "norm_num_groups": 32,
-    "out_channels": 3,
-    "sample_size": 512,
-    "up_block_types": _UP_DECODER,
-}
-# text_encoder/config.json: CLIP ViT-L/14's text tower (openai/clip-vit-large-patch14).
-SD15_TEXT_ENCODER = {
-    "_name_or_path": "openai/clip-vit-large-patch14",
-    "architectures": ["CLIPTextModel"],
-    "attention_dropout": 0.0,
-    "bos_token_id": 0,
-    "dropout": 0.0,
-    "eos_token_id": 2,
-    "hidden_act": "quick_gelu",
-    "hidden_size": 768,
-    "initializer_factor": 1.0,
-    "initializer_range": 0.02,
-    "intermediate_size": 3072,
-    "layer_norm_eps": 1e-05,
-    "max_position_embeddings": 77,
-    "model_type": "clip_text_model",
-    "num_attention_heads": 12,
-    "num_hidden_layers": 12,
-    "pad_token_id": 1,
-    "projection_dim": 768,
-    "torch_dtype": "float32",
-    "transformers_version": "4.22.0.dev0",
-    "vocab_size": 49408,
+# The folders each published checkpoint's files are read from, in order, a later folder's file
+# replacing an earlier one's (a variant holds only the files in which it differs from its family's
+# default). The first variant of a family is its default.
+CHECKPOINT_FOLDERS: dict[str, dict[str, tuple[str, ...]]] = {
+    "sd15": {"v1-5": ("sd15_v1-5",)},
+    "sdxl": {"base-1.0": ("sdxl_base-1.0",)},
+    "sd3": {"medium": ("sd3_medium",),
+            "large": ("sd3_medium", "sd3_large"),
+            # the Turbo's files were not found apart from Large's: Large's are used (reconstructed)
+            "large-turbo": ("sd3_medium", "sd3_large")},
+    "flux": {"dev": ("flux_dev",), "schnell": ("flux_dev", "flux_schnell")},
 }
 
 
-def _added_token(content: str, typed: bool = True) -> dict:
-    """A special token as the 2022-era tokenizer files spell it."""
-    token = {"content": content, "lstrip": False, "normalized": True, "rstrip": False, "single_word": False}
-    return {"__type": "AddedToken", **token} if typed else token
+class PublishedDataError(ValueError):
+    """A published checkpoint's JSON folder is missing, unreadable or inconsistent."""
 
 
-BOS, EOS = "<|startoftext|>", "<|endoftext|>"
-# tokenizer/tokenizer_config.json and tokenizer/special_tokens_map.json.
-SD15_TOKENIZER_CONFIG = {
-    "add_prefix_space": False,
-    "bos_token": _added_token(BOS),
-    "do_lower_case": True,
-    "eos_token": _added_token(EOS),
-    "errors": "replace",
-    "model_max_length": 77,
-    "name_or_path": "openai/clip-vit-large-patch14",
-    "pad_token": EOS,
-    "special_tokens_map_file": "./special_tokens_map.json",
-    "tokenizer_class": "CLIPTokenizer",
-    "unk_token": _added_token(EOS),
-}
-SD15_SPECIAL_TOKENS_MAP = {
-    "bos_token": _added_token(BOS, typed=False),
-    "eos_token": _added_token(EOS, typed=False),
-    "pad_token": EOS,
-    "unk_token": _added_token(EOS, typed=False),
-}
-# feature_extractor/preprocessor_config.json.
-SD15_FEATURE_EXTRACTOR = {
-    "crop_size": 224,
-    "do_center_crop": True,
-    "do_convert_rgb": True,
-    "do_normalize": True,
-    "do_resize": True,
-    "feature_extractor_type": "CLIPFeatureExtractor",
-    "image_mean": [0.48145466, 0.4578275, 0.40821073],
-    "image_std": [0.26862954, 0.26130258, 0.27577711],
-    "resample": 3,
-    "size": 224,
-}
-# safety_checker/config.json (CompVis/stable-diffusion-safety-checker: a CLIP ViT-L/14). The file
-# spells out every generic PretrainedConfig key of transformers 4.22 in both sub-configs; they
-# are shared here (_GENERIC), the rest is per sub-config, and the merged dicts keep the file's
-# (sorted) key order.
-_GENERIC = {
-    "_name_or_path": "", "add_cross_attention": False, "architectures": None, "attention_dropout": 0.0,
-    "bad_words_ids": None, "chunk_size_feed_forward": 0, "cross_attention_hidden_size": None,
-    "decoder_start_token_id": None, "diversity_penalty": 0.0, "do_sample": False, "dropout": 0.0,
-    "early_stopping": False, "encoder_no_repeat_ngram_size": 0, "exponential_decay_length_penalty": None,
-    "finetuning_task": None, "forced_bos_token_id": None, "forced_eos_token_id": None, "hidden_act": "quick_gelu",
-    "id2label": {"0": "LABEL_0", "1": "LABEL_1"}, "initializer_factor": 1.0, "initializer_range": 0.02,
-    "is_decoder": False, "is_encoder_decoder": False, "label2id": {"LABEL_0": 0, "LABEL_1": 1},
-    "layer_norm_eps": 1e-05, "length_penalty": 1.0, "max_length": 20, "min_length": 0, "no_repeat_ngram_size": 0,
-    "num_beam_groups": 1, "num_beams": 1, "num_return_sequences": 1, "output_attentions": False,
-    "output_hidden_states": False, "output_scores": False, "prefix": None, "problem_type": None, "pruned_heads": {},
-    "remove_invalid_values": False, "repetition_penalty": 1.0, "return_dict": True, "return_dict_in_generate": False,
-    "sep_token_id": None, "task_specific_params": None, "temperature": 1.0, "tf_legacy_loss": False,
-    "tie_encoder_decoder": False, "tie_word_embeddings": True, "tokenizer_class": None, "top_k": 50, "top_p": 1.0,
-    "torch_dtype": None, "torchscript": False, "transformers_version": "4.22.0.dev0", "typical_p": 1.0,
-    "use_bfloat16": False,
-}
-SD15_SAFETY_CHECKER = {
-    "_commit_hash": "4bb648a606ef040e7685bde262611766a5fdd67b",
-    "_name_or_path": "CompVis/stable-diffusion-safety-checker",
-    "architectures": ["StableDiffusionSafetyChecker"],
-    "initializer_factor": 1.0,
-    "logit_scale_init_value": 2.6592,
-    "model_type": "clip",
-    "projection_dim": 768,
-    "text_config": dict(sorted({
-        **_GENERIC, "bos_token_id": 0, "eos_token_id": 2, "hidden_size": 768, "intermediate_size": 3072,
-        "max_position_embeddings": 77, "model_type": "clip_text_model", "num_attention_heads": 12,
-        "num_hidden_layers": 12, "pad_token_id": 1, "vocab_size": 49408,
-    }.items())),
-    "text_config_dict": {"hidden_size": 768, "intermediate_size": 3072, "num_attention_heads": 12,
-                         "num_hidden_layers": 12},
-    "torch_dtype": "float32",
-    "transformers_version": None,
-    "vision_config": dict(sorted({
-        **_GENERIC, "bos_token_id": None, "eos_token_id": None, "hidden_size": 1024, "image_size": 224,
-        "intermediate_size": 4096, "model_type": "clip_vision_model", "num_attention_heads": 16, "num_channels": 3,
-        "num_hidden_layers": 24, "pad_token_id": None, "patch_size": 14,
-    }.items())),
-    "vision_config_dict": {"hidden_size": 1024, "intermediate_size": 4096, "num_attention_heads": 16,
-                           "num_hidden_layers": 24, "patch_size": 14},
-}
+def published_files(family: str, variant: str | None = None, root: Path = PUBLISHED_DIR) -> dict[str, dict]:
+    """Every JSON file of ``family``'s published checkpoint ``variant`` (None: the family's default):
+    path in the checkpoint folder -> dict, in sorted path order, each dict in its file's key order.
 
-# ---------------------------------------------------------------------------------------------
-# SDXL base 1.0 (andrewcchoi/stabilityai-stable-diffusion-xl-base-1.0 @ bf71498, verbatim)
-# ---------------------------------------------------------------------------------------------
-
-SDXL_MODEL_INDEX = {
-    "_class_name": "StableDiffusionXLPipeline",
-    "_diffusers_version": "0.19.0.dev0",
-    "force_zeros_for_empty_prompt": True,
-    "add_watermarker": None,
-    "scheduler": ["diffusers", "EulerDiscreteScheduler"],
-    "text_encoder": ["transformers", "CLIPTextModel"],
-    "text_encoder_2": ["transformers", "CLIPTextModelWithProjection"],
-    "tokenizer": ["transformers", "CLIPTokenizer"],
-    "tokenizer_2": ["transformers", "CLIPTokenizer"],
-    "unet": ["diffusers", "UNet2DConditionModel"],
-    "vae": ["diffusers", "AutoencoderKL"],
-}
-SDXL_SCHEDULER = {
-    "_class_name": "EulerDiscreteScheduler",
-    "_diffusers_version": "0.19.0.dev0",
-    "beta_end": 0.012,
-    "beta_schedule": "scaled_linear",
-    "beta_start": 0.00085,
-    "clip_sample": False,
-    "interpolation_type": "linear",
-    "num_train_timesteps": 1000,
-    "prediction_type": "epsilon",
-    "sample_max_value": 1.0,
-    "set_alpha_to_one": False,
-    "skip_prk_steps": True,
-    "steps_offset": 1,
-    "timestep_spacing": "leading",
-    "trained_betas": None,
-    "use_karras_sigmas": False,
-}
-SDXL_UNET = {
-    "_class_name": "UNet2DConditionModel",
-    "_diffusers_version": "0.19.0.dev0",
-    "act_fn": "silu",
-    "addition_embed_type": "text_time",
-    "addition_embed_type_num_heads": 64,
-    "addition_time_embed_dim": 256,
-    "attention_head_dim": [5, 10, 20],
-    "block_out_channels": [320, 640, 1280],
-    "center_input_sample": False,
-    "class_embed_type": None,
-    "class_embeddings_concat": False,
-    "conv_in_kernel": 3,
-    "conv_out_kernel": 3,
-    "cross_attention_dim": 2048,
-    "cross_attention_norm": None,
-    "down_block_types": ["DownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D"],
-    "downsample_padding": 1,
-    "dual_cross_attention": False,
-    "encoder_hid_dim": None,
-    "encoder_hid_dim_type": None,
-    "flip_sin_to_cos": True,
-    "freq_shift": 0,
-    "in_channels": 4,
-    "layers_per_block": 2,
-    "mid_block_only_cross_attention": None,
-    "mid_block_scale_factor": 1,
-    "mid_block_type": "UNetMidBlock2DCrossAttn",
-    "norm_eps": 1e-05,
-    "norm_num_groups": 32,
-    "num_attention_heads": None,
-    "num_class_embeds": None,
-    "only_cross_attention": False,
-    "out_channels": 4,
-    "projection_class_embeddings_input_dim": 2816,  # 6 time ids x 256 + text_encoder_2's 1280 pooled
-    "resnet_out_scale_factor": 1.0,
-    "resnet_skip_time_act": False,
-    "resnet_time_scale_shift": "default",
-    "sample_size": 128,
-    "time_cond_proj_dim": None,
-    "time_embedding_act_fn": None,
-    "time_embedding_dim": None,
-    "time_embedding_type": "positional",
-    "timestep_post_act": None,
-    "transformer_layers_per_block": [1, 2, 10],
-    "up_block_types": ["CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "UpBlock2D"],
-    "upcast_attention": None,
-    "use_linear_projection": True,
-}
-# vae/config.json ("[Diffusers] Re-instate 0.9 VAE as default VAE (#30)", then "Update vae/config.json").
-SDXL_VAE = {
-    "_class_name": "AutoencoderKL",
-    "_diffusers_version": "0.20.0.dev0",
-    "_name_or_path": "../sdxl-vae/",
-    "act_fn": "silu",
-    "block_out_channels": [128, 256, 512, 512],
-    "down_block_types": _DOWN_ENCODER,
-    "force_upcast": True,
-    "in_channels": 3,
-    "latent_channels": 4,
-    "layers_per_block": 2,
-    "norm_num_groups": 32,
-    "out_channels": 3,
-    "sample_size": 1024,
-    "scaling_factor": 0.13025,
-    "up_block_types": _UP_DECODER,
-}
-# text_encoder/config.json: CLIP ViT-L/14's text tower again (the config says float16; the main
-# model.safetensors is float32 all the same, by its LFS size).
-SDXL_TEXT_ENCODER = {
-    "architectures": ["CLIPTextModel"],
-    "attention_dropout": 0.0,
-    "bos_token_id": 0,
-    "dropout": 0.0,
-    "eos_token_id": 2,
-    "hidden_act": "quick_gelu",
-    "hidden_size": 768,
-    "initializer_factor": 1.0,
-    "initializer_range": 0.02,
-    "intermediate_size": 3072,
-    "layer_norm_eps": 1e-05,
-    "max_position_embeddings": 77,
-    "model_type": "clip_text_model",
-    "num_attention_heads": 12,
-    "num_hidden_layers": 12,
-    "pad_token_id": 1,
-    "projection_dim": 768,
-    "torch_dtype": "float16",
-    "transformers_version": "4.32.0.dev0",
-    "vocab_size": 49408,
-}
-# text_encoder_2/config.json: OpenCLIP ViT-bigG/14's text tower with its projection.
-SDXL_TEXT_ENCODER_2 = {
-    "architectures": ["CLIPTextModelWithProjection"],
-    "attention_dropout": 0.0,
-    "bos_token_id": 0,
-    "dropout": 0.0,
-    "eos_token_id": 2,
-    "hidden_act": "gelu",
-    "hidden_size": 1280,
-    "initializer_factor": 1.0,
-    "initializer_range": 0.02,
-    "intermediate_size": 5120,
-    "layer_norm_eps": 1e-05,
-    "max_position_embeddings": 77,
-    "model_type": "clip_text_model",
-    "num_attention_heads": 20,
-    "num_hidden_layers": 32,
-    "pad_token_id": 1,
-    "projection_dim": 1280,
-    "torch_dtype": "float16",
-    "transformers_version": "4.32.0.dev0",
-    "vocab_size": 49408,
-}
-# tokenizer/ and tokenizer_2/: the same vocab.json and merges.txt as SD1.5 (same git blobs);
-# tokenizer_2 pads with "!" (OpenCLIP's pad id 0).
-SDXL_TOKENIZER_CONFIG = {
-    "add_prefix_space": False,
-    "bos_token": _added_token(BOS),
-    "clean_up_tokenization_spaces": True,
-    "do_lower_case": True,
-    "eos_token": _added_token(EOS),
-    "errors": "replace",
-    "model_max_length": 77,
-    "pad_token": EOS,
-    "tokenizer_class": "CLIPTokenizer",
-    "unk_token": _added_token(EOS),
-}
-SDXL_SPECIAL_TOKENS_MAP = SD15_SPECIAL_TOKENS_MAP
-SDXL_TOKENIZER_2_CONFIG = {**SDXL_TOKENIZER_CONFIG, "pad_token": "!"}
-SDXL_SPECIAL_TOKENS_MAP_2 = {**SD15_SPECIAL_TOKENS_MAP, "pad_token": "!"}
-
-# ---------------------------------------------------------------------------------------------
-# SD3.5 Medium (stabilityai/stable-diffusion-3.5-medium; gated, see the module docstring)
-# ---------------------------------------------------------------------------------------------
-
-# model_index.json: the component table as reproduced by tt-forge-models' model_utils.py, with
-# the _diffusers_version of the SD3.5 release (0.31.0.dev0, reconstructed). Written before
-# diffusers 0.32 added the optional image_encoder/feature_extractor to StableDiffusion3Pipeline,
-# so it does not list them.
-SD3_MODEL_INDEX = {
-    "_class_name": "StableDiffusion3Pipeline",
-    "_diffusers_version": "0.31.0.dev0",
-    "scheduler": ["diffusers", "FlowMatchEulerDiscreteScheduler"],
-    "text_encoder": ["transformers", "CLIPTextModelWithProjection"],
-    "text_encoder_2": ["transformers", "CLIPTextModelWithProjection"],
-    "text_encoder_3": ["transformers", "T5EncoderModel"],
-    "tokenizer": ["transformers", "CLIPTokenizer"],
-    "tokenizer_2": ["transformers", "CLIPTokenizer"],
-    "tokenizer_3": ["transformers", "T5TokenizerFast"],
-    "transformer": ["diffusers", "SD3Transformer2DModel"],
-    "vae": ["diffusers", "AutoencoderKL"],
-}
-# scheduler/scheduler_config.json: shift 3.0, static shifting (as this repo's tiny SD3 and SD3
-# Medium's file). tt-forge-models' copy adds use_dynamic_shifting=True with base/max shift keys:
-# that is its own choice for a single-file load, not SD3.5-M's file, so it is not followed.
-SD3_SCHEDULER = {
-    "_class_name": "FlowMatchEulerDiscreteScheduler",
-    "_diffusers_version": "0.31.0.dev0",
-    "num_train_timesteps": 1000,
-    "shift": 3.0,
-}
-# transformer/config.json: tt-forge-models (two loaders) agree key for key; dual attention
-# (MMDiT-X) in layers 0..12. The model card says both "dual attention blocks in the first 12
-# transformer layers" and "self-attention modules in the first 13 layers": the configs' 13
-# indices (0..12) are taken. Extended positional embedding space 384x384 (model card).
-SD3_TRANSFORMER = {
-    "_class_name": "SD3Transformer2DModel",
-    "_diffusers_version": "0.31.0.dev0",
-    "attention_head_dim": 64,
-    "caption_projection_dim": 1536,
-    "dual_attention_layers": list(range(13)),
-    "in_channels": 16,
-    "joint_attention_dim": 4096,
-    "num_attention_heads": 24,
-    "num_layers": 24,
-    "out_channels": 16,
-    "patch_size": 2,
-    "pooled_projection_dim": 2048,
-    "pos_embed_max_size": 384,
-    "qk_norm": "rms_norm",
-    "sample_size": 128,
-}
-# vae/config.json: SD3's 16-channel VAE without quant convs; shift 0.0609, scale 1.5305
-# (tt-forge-models; also the latents_mean/std nulls of a saved diffusers SD3 VAE config found in
-# public code; _diffusers_version reconstructed).
-SD3_VAE = {
-    "_class_name": "AutoencoderKL",
-    "_diffusers_version": "0.31.0.dev0",
-    "act_fn": "silu",
-    "block_out_channels": [128, 256, 512, 512],
-    "down_block_types": _DOWN_ENCODER,
-    "force_upcast": True,
-    "in_channels": 3,
-    "latent_channels": 16,
-    "latents_mean": None,
-    "latents_std": None,
-    "layers_per_block": 2,
-    "norm_num_groups": 32,
-    "out_channels": 3,
-    "sample_size": 1024,
-    "scaling_factor": 1.5305,
-    "shift_factor": 0.0609,
-    "up_block_types": _UP_DECODER,
-    "use_post_quant_conv": False,
-    "use_quant_conv": False,
-}
-# text_encoder/ and text_encoder_2/config.json: CLIP-L and OpenCLIP bigG text towers, both with
-# projection (SD3 pools both). Values as SDXL's (same encoders); class and transformers_version
-# reconstructed.
-SD3_TEXT_ENCODER = {**SDXL_TEXT_ENCODER, "architectures": ["CLIPTextModelWithProjection"],
-                    "transformers_version": "4.41.2"}
-SD3_TEXT_ENCODER_2 = {**SDXL_TEXT_ENCODER_2, "transformers_version": "4.41.2"}
-# text_encoder_3/config.json: the encoder of T5 v1.1 XXL (google/t5-v1_1-xxl: d_model 4096,
-# d_ff 10240, 64 heads of 64, 24 layers, gated-gelu = gated gelu_new, 32 relative buckets, max
-# distance 128; the same numbers in t5x's t5_1_1/xxl.gin and torchtune's t5_v1p1_xxl_encoder) as
-# transformers 4.41 saves a T5EncoderModel config (reconstructed key set).
-SD3_TEXT_ENCODER_3 = {
-    "architectures": ["T5EncoderModel"],
-    "classifier_dropout": 0.0,
-    "d_ff": 10240,
-    "d_kv": 64,
-    "d_model": 4096,
-    "decoder_start_token_id": 0,
-    "dense_act_fn": "gelu_new",
-    "dropout_rate": 0.1,
-    "eos_token_id": 1,
-    "feed_forward_proj": "gated-gelu",
-    "initializer_factor": 1.0,
-    "is_encoder_decoder": True,
-    "is_gated_act": True,
-    "layer_norm_epsilon": 1e-06,
-    "model_type": "t5",
-    "num_decoder_layers": 24,
-    "num_heads": 64,
-    "num_layers": 24,
-    "output_past": True,
-    "pad_token_id": 0,
-    "relative_attention_max_distance": 128,
-    "relative_attention_num_buckets": 32,
-    "tie_word_embeddings": False,
-    "torch_dtype": "float16",
-    "transformers_version": "4.41.2",
-    "use_cache": True,
-    "vocab_size": 32128,
-}
-SD3_TOKENIZER_CONFIG = SDXL_TOKENIZER_CONFIG
-SD3_SPECIAL_TOKENS_MAP = SD15_SPECIAL_TOKENS_MAP
-SD3_TOKENIZER_2_CONFIG = SDXL_TOKENIZER_2_CONFIG
-SD3_SPECIAL_TOKENS_MAP_2 = SDXL_SPECIAL_TOKENS_MAP_2
-# tokenizer_3/: T5's SentencePiece tokenizer (spiece.model, tokenizer.json, tokenizer_config.json,
-# special_tokens_map.json): pad 0, eos 1, unk 2 and 100 sentinels <extra_id_0..99> at the top of
-# the vocabulary; model_max_length 512 (the pipeline itself encodes max_sequence_length=256).
-# Keys as in the copy of the T5 v1.1 tokenizer_config.json in comfyanonymous/ComfyUI
-# (comfy/text_encoders/t5_tokenizer/tokenizer_config.json); added_tokens_decoder and the sentinel
-# list depend on the vocabulary and are filled in by rewardloop.models.t5_tokenizer.
-SD3_TOKENIZER_3_CONFIG = {
-    "clean_up_tokenization_spaces": True,
-    "eos_token": "</s>",
-    "extra_ids": 100,
-    "legacy": False,
-    "model_max_length": 512,
-    "pad_token": "<pad>",
-    "sp_model_kwargs": {},
-    "tokenizer_class": "T5Tokenizer",
-    "unk_token": "<unk>",
-}
-T5_SEQUENCE_LENGTH = 256  # StableDiffusion3Pipeline's default max_sequence_length
-
-# ---------------------------------------------------------------------------------------------
-# SD3.5 Large and SD3.5 Large Turbo (stabilityai/stable-diffusion-3.5-large, -large-turbo; gated)
-# ---------------------------------------------------------------------------------------------
-# Source: the hub mirror frankjoshua/stable-diffusion-3.5-large (the release commit 4c4df3f "SD3.5
-# Large Public Release" by Dango233, its file pages and tree listings with byte sizes), and the
-# model cards. Large and Large Turbo share the architecture (the Turbo card: "an ADD-distilled
-# Multimodal Diffusion Transformer"), so one transformer config serves both.
-
-# model_index.json (706 bytes in the tree listing): the same component table as SD3.5 Medium's;
-# SD3_MODEL_INDEX written out is 706 bytes too, so it is taken as is.
-SD35_LARGE_MODEL_INDEX = SD3_MODEL_INDEX
-# scheduler/scheduler_config.json (141 bytes; the mirror's file page, verbatim): static shift 3.0.
-SD35_LARGE_SCHEDULER = {
-    "_class_name": "FlowMatchEulerDiscreteScheduler",
-    "_diffusers_version": "0.29.0.dev0",
-    "num_train_timesteps": 1000,
-    "shift": 3.0,
-}
-# transformer/config.json (397 bytes; the mirror's file page, verbatim; the same file in
-# TensorStack/stable-diffusion-3.5-medium-onnx's unet/config.json, a mislabelled Large copy): 38
-# joint blocks of 38 heads x 64 (width 2432 = caption_projection_dim), QK RMS-norm, a 192x192
-# positional-embedding grid, and no dual_attention_layers key (MMDiT, not Medium's MMDiT-X).
-SD35_LARGE_TRANSFORMER = {
-    "_class_name": "SD3Transformer2DModel",
-    "_diffusers_version": "0.31.0.dev0",
-    "attention_head_dim": 64,
-    "caption_projection_dim": 2432,
-    "in_channels": 16,
-    "joint_attention_dim": 4096,
-    "num_attention_heads": 38,
-    "num_layers": 38,
-    "out_channels": 16,
-    "patch_size": 2,
-    "pooled_projection_dim": 2048,
-    "pos_embed_max_size": 192,
-    "qk_norm": "rms_norm",
-    "sample_size": 128,
-}
-# vae/config.json: 809 bytes in the Large trees (adamo1139/stable-diffusion-3.5-large-ungated; the
-# same size as frankjoshua/stable-diffusion-3.5-medium's "vae copy"). A re-save of Large's VAE
-# (ariG23498/sd-3.5-merged vae/config.json, from the ceddf0a snapshot) shows the keys: SD3_VAE's plus
-# mid_block_add_attention true. The 809 bytes then leave one 35-byte line, taken to be
-# "_name_or_path": "../sdxl-vae/" (as in SD3 Medium's diffusers VAE config) - reconstructed, the
-# byte size matches.
-SD35_LARGE_VAE = dict(sorted({**SD3_VAE, "_name_or_path": "../sdxl-vae/", "mid_block_add_attention": True}.items()))
-# Text encoders and tokenizers: SD3's (text_encoder_2/config.json is 570 bytes in the mirror's tree,
-# the size of SD3_TEXT_ENCODER_2 written out; text_encoder_3 is cut in the same 4.99 + 4.53 GB shards).
-
-# The Turbo's scheduler file was not found in a public copy: Large's is used (reconstructed). The
-# Turbo card samples with num_inference_steps=4 and guidance_scale=0.0 (TURBO_SAMPLING below).
-SD35_LARGE_TURBO_SCHEDULER = SD35_LARGE_SCHEDULER
-SD35_LARGE_TURBO_SAMPLING = {"num_inference_steps": 4, "guidance_scale": 0.0}
-
-# ---------------------------------------------------------------------------------------------
-# FLUX.1-dev and FLUX.1-schnell (black-forest-labs/FLUX.1-dev: gated, non-commercial license;
-# black-forest-labs/FLUX.1-schnell: Apache-2.0)
-# ---------------------------------------------------------------------------------------------
-# Sources. FLUX.1-schnell: the hub repository's own pages (black-forest-labs/FLUX.1-schnell, tree and
-# blob pages of refs/pr/24, refs/pr/110, refs/pr/126, all at commit 768d12a "Add diffusers weights
-# and configs (#7)" by timudk and dn6) and the hub mirror frankjoshua/FLUX.1-schnell (same commit;
-# its commit page lists every file with its line count). FLUX.1-dev: the hub mirror
-# frankjoshua/FLUX.1-dev (commit 01aa605 "Add diffusers format weights (#3)", tree listings with
-# sizes) and AITRADER/MFLUXUI.1-dev (model_index.json at 01aa605, verbatim), and verbatim copies of
-# dev's transformer/config.json (city96/FLUX.1-dev-gguf refs/pr/34 config.json, BestModelsv2/FLUX
-# transformer/config.json, both 378 bytes; the MindIE FLUX.1-dev README on GitHub quotes it too).
-# Every dict below written as json.dumps(d, indent=2) + "\n" has the byte size the hub tree lists
-# for its file (FLUX_CONFIG_SIZES; tests/test_replicas.py checks them).
-
-# model_index.json (536 bytes, both variants; AITRADER/MFLUXUI.1-schnell and MFLUXUI.1-dev, verbatim).
-FLUX_MODEL_INDEX = {
-    "_class_name": "FluxPipeline",
-    "_diffusers_version": "0.30.0.dev0",
-    "scheduler": ["diffusers", "FlowMatchEulerDiscreteScheduler"],
-    "text_encoder": ["transformers", "CLIPTextModel"],
-    "text_encoder_2": ["transformers", "T5EncoderModel"],
-    "tokenizer": ["transformers", "CLIPTokenizer"],
-    "tokenizer_2": ["transformers", "T5TokenizerFast"],
-    "transformer": ["diffusers", "FluxTransformer2DModel"],
-    "vae": ["diffusers", "AutoencoderKL"],
-}
-# scheduler/scheduler_config.json. dev (273 bytes): dynamic shifting, mu from the image's token count
-# between (256 tokens, 0.5) and (4096, 1.15) (sayakpaul/FLUX.1-merged and fyp1/flux_dev_finetune
-# copies, 273 bytes, verbatim; the same values in taproot's FluxScheduler defaults and BFL's
-# flux/sampling.py get_schedule: base_shift 0.5, max_shift 1.15). schnell (274 bytes; the hub's
-# refs/pr/24 file page, verbatim): static, shift 1.0 (the plain linspace grid).
-FLUX_DEV_SCHEDULER = {
-    "_class_name": "FlowMatchEulerDiscreteScheduler",
-    "_diffusers_version": "0.30.0.dev0",
-    "base_image_seq_len": 256,
-    "base_shift": 0.5,
-    "max_image_seq_len": 4096,
-    "max_shift": 1.15,
-    "num_train_timesteps": 1000,
-    "shift": 3.0,
-    "use_dynamic_shifting": True,
-}
-FLUX_SCHNELL_SCHEDULER = {**FLUX_DEV_SCHEDULER, "shift": 1.0, "use_dynamic_shifting": False}
-# transformer/config.json. dev (378 bytes, verbatim copies named above): 19 joint ("double-stream")
-# and 38 single-stream blocks, 24 heads x 128 = width 3072, 64 input channels (16 latent channels
-# in 2x2 patches), T5 width 4096, CLIP pooled 768, a guidance embedding. The file has no
-# axes_dims_rope: diffusers' default (16, 56, 56) applies (BFL's flux/util.py flux-dev params:
-# axes_dim [16, 56, 56], the same). schnell (321 bytes, 13 lines in 768d12a): the same without
-# _name_or_path and with guidance_embeds false (this dict written out is 321 bytes).
-FLUX_DEV_TRANSFORMER = {
-    "_class_name": "FluxTransformer2DModel",
-    "_diffusers_version": "0.30.0.dev0",
-    "_name_or_path": "../checkpoints/flux-dev/transformer",
-    "attention_head_dim": 128,
-    "guidance_embeds": True,
-    "in_channels": 64,
-    "joint_attention_dim": 4096,
-    "num_attention_heads": 24,
-    "num_layers": 19,
-    "num_single_layers": 38,
-    "patch_size": 1,
-    "pooled_projection_dim": 768,
-}
-FLUX_SCHNELL_TRANSFORMER = {k: v for k, v in FLUX_DEV_TRANSFORMER.items() if k != "_name_or_path"}
-FLUX_SCHNELL_TRANSFORMER["guidance_embeds"] = False
-# vae/config.json. schnell (774 bytes; frankjoshua/FLUX.1-schnell vae/config.json at 768d12a,
-# verbatim): 16 latent channels, no quant convs, scaling 0.3611 and shift 0.1159 (BFL's flux/util.py
-# ae_params: scale_factor 0.3611, shift_factor 0.1159). dev (820 bytes): the same plus
-# "_name_or_path": "../checkpoints/flux-dev" (TechDirty/FullModelCD and ChuckMcSneed/FLUX.1-dev
-# copies; the 46-byte line is the size difference).
-FLUX_SCHNELL_VAE = {
-    "_class_name": "AutoencoderKL",
-    "_diffusers_version": "0.30.0.dev0",
-    "act_fn": "silu",
-    "block_out_channels": [128, 256, 512, 512],
-    "down_block_types": _DOWN_ENCODER,
-    "force_upcast": True,
-    "in_channels": 3,
-    "latent_channels": 16,
-    "latents_mean": None,
-    "latents_std": None,
-    "layers_per_block": 2,
-    "mid_block_add_attention": True,
-    "norm_num_groups": 32,
-    "out_channels": 3,
-    "sample_size": 1024,
-    "scaling_factor": 0.3611,
-    "shift_factor": 0.1159,
-    "up_block_types": _UP_DECODER,
-    "use_post_quant_conv": False,
-    "use_quant_conv": False,
-}
-FLUX_DEV_VAE = {"_class_name": "AutoencoderKL", "_diffusers_version": "0.30.0.dev0",
-                "_name_or_path": "../checkpoints/flux-dev",
-                **{k: v for k, v in FLUX_SCHNELL_VAE.items() if not k.startswith("_")}}
-# text_encoder/config.json (613 bytes, 25 lines): CLIP ViT-L/14's text tower, SD1.5's keys with a
-# bfloat16 torch_dtype and transformers 4.43.3 (flux-encoders/text_encoder config.json, 613 bytes,
-# verbatim). FluxPipeline reads its pooled output (hidden_size 768 = pooled_projection_dim).
-FLUX_TEXT_ENCODER = {**SD15_TEXT_ENCODER, "torch_dtype": "bfloat16", "transformers_version": "4.43.3"}
-# text_encoder_2/config.json (782 bytes, 32 lines): T5 v1.1 XXL's encoder, SD3's text_encoder_3 keys
-# plus "_name_or_path": "google/t5-v1_1-xxl", bfloat16, transformers 4.43.3 (TechDirty/FullModelCD
-# text_encoder_2/config.json, a FLUX.1-dev copy, verbatim; 782 bytes written out).
-FLUX_TEXT_ENCODER_2 = {"_name_or_path": "google/t5-v1_1-xxl", **SD3_TEXT_ENCODER_3, "torch_dtype": "bfloat16",
-                       "transformers_version": "4.43.3"}
-# tokenizer/tokenizer_config.json (705 bytes) and special_tokens_map.json (588 bytes): the CLIP
-# tokenizer as transformers 4.43 saves it (added_tokens_decoder; the verbatim files in
-# sayakpaul/FLUX.1-merged, yujiepan/FLUX.1-dev-tiny-random and Kameshr/flux-pipeline, byte sizes
-# equal to the hub's 768d12a tree).
-FLUX_TOKENIZER_CONFIG = {
-    "add_prefix_space": False,
-    "added_tokens_decoder": {
-        "49406": {"content": BOS, "lstrip": False, "normalized": True, "rstrip": False, "single_word": False,
-                  "special": True},
-        "49407": {"content": EOS, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False,
-                  "special": True},
-    },
-    "bos_token": BOS,
-    "clean_up_tokenization_spaces": True,
-    "do_lower_case": True,
-    "eos_token": EOS,
-    "errors": "replace",
-    "model_max_length": 77,
-    "pad_token": EOS,
-    "tokenizer_class": "CLIPTokenizer",
-    "unk_token": EOS,
-}
+    A fresh dict on every call (callers may edit it). A variant's folder may only replace files of
+    the default's, so every variant of a family has the same set of files. ``root``: the folder
+    that holds the checkpoints' folders.
+    """
+    variants = CHECKPOINT_FOLDERS.get(family)
+    if variants is None:
+        raise PublishedDataError(f"family: unknown {family!r} (expected one of {', '.join(CHECKPOINT_FOLDERS)})")
+    variant = next(iter(variants)) if variant is None else variant
+    if variant not in variants:
+        raise PublishedDataError(f"variant: unknown {variant!r} for family {family} "
+                                 f"(expected one of {', '.join(variants)})")
+    files: dict[str, dict] = {}
+    for depth, name in enumerate(variants[variant]):
+        folder = root / name
+        paths = sorted(folder.rglob("*.json"))
+        if not paths:
+            raise PublishedDataError(f"{folder}: no published JSON files (expected the folder of {family} {variant})")
+        for path in paths:
+            key = path.relative_to(folder).as_posix()
+            if depth and key not in files:
+                raise PublishedDataError(f"{path}: {key} is not a file of {variants[variant][0]} (a variant's "
+                                         f"folder may only replace its default's files)")
+            try:
+                files[key] = json.loads(path.read_text())
+            except json.JSONDecodeError as err:
+                raise PublishedDataError(f"{path}: not valid JSON ({err})") from None
+    return files
 
 
-def _special(content: str, normalized: bool) -> dict:
-    return {"content": content, "lstrip": False, "normalized": normalized, "rstrip": False, "single_word": False}
-
-
-FLUX_SPECIAL_TOKENS_MAP = {"bos_token": _special(BOS, True), "eos_token": _special(EOS, False),
-                           "pad_token": _special(EOS, False), "unk_token": _special(EOS, False)}
-# tokenizer_2/: T5's SentencePiece tokenizer (spiece.model, tokenizer.json, tokenizer_config.json of
-# 940 lines, special_tokens_map.json of 125 lines in 768d12a). Its tokenizer_config.json was not
-# found verbatim: SD3's reconstructed key set is used (model_max_length 512), which writes 939 lines,
-# one key fewer than the hub's (probably transformers 4.43's "add_prefix_space": true).
-FLUX_TOKENIZER_2_CONFIG = SD3_TOKENIZER_3_CONFIG
-
-# ---------------------------------------------------------------------------------------------
-# Tables
-# ---------------------------------------------------------------------------------------------
+PUBLISHED_FILES: dict[str, dict[str, dict]] = {family: published_files(family) for family in CHECKPOINT_FOLDERS}
 
 PUBLISHED_REPOS = {
     "sd15": "stable-diffusion-v1-5/stable-diffusion-v1-5",
@@ -728,56 +103,58 @@ PUBLISHED_REPOS = {
     "flux": "black-forest-labs/FLUX.1-dev",
 }
 
-PUBLISHED_FILES: dict[str, dict[str, dict]] = {
-    "sd15": {
-        "model_index.json": SD15_MODEL_INDEX,
-        "scheduler/scheduler_config.json": SD15_SCHEDULER,
-        "unet/config.json": SD15_UNET,
-        "vae/config.json": SD15_VAE,
-        "text_encoder/config.json": SD15_TEXT_ENCODER,
-        "tokenizer/tokenizer_config.json": SD15_TOKENIZER_CONFIG,
-        "tokenizer/special_tokens_map.json": SD15_SPECIAL_TOKENS_MAP,
-        "safety_checker/config.json": SD15_SAFETY_CHECKER,
-        "feature_extractor/preprocessor_config.json": SD15_FEATURE_EXTRACTOR,
-    },
-    "sdxl": {
-        "model_index.json": SDXL_MODEL_INDEX,
-        "scheduler/scheduler_config.json": SDXL_SCHEDULER,
-        "unet/config.json": SDXL_UNET,
-        "vae/config.json": SDXL_VAE,
-        "text_encoder/config.json": SDXL_TEXT_ENCODER,
-        "text_encoder_2/config.json": SDXL_TEXT_ENCODER_2,
-        "tokenizer/tokenizer_config.json": SDXL_TOKENIZER_CONFIG,
-        "tokenizer/special_tokens_map.json": SDXL_SPECIAL_TOKENS_MAP,
-        "tokenizer_2/tokenizer_config.json": SDXL_TOKENIZER_2_CONFIG,
-        "tokenizer_2/special_tokens_map.json": SDXL_SPECIAL_TOKENS_MAP_2,
-    },
-    "sd3": {
-        "model_index.json": SD3_MODEL_INDEX,
-        "scheduler/scheduler_config.json": SD3_SCHEDULER,
-        "transformer/config.json": SD3_TRANSFORMER,
-        "vae/config.json": SD3_VAE,
-        "text_encoder/config.json": SD3_TEXT_ENCODER,
-        "text_encoder_2/config.json": SD3_TEXT_ENCODER_2,
-        "text_encoder_3/config.json": SD3_TEXT_ENCODER_3,
-        "tokenizer/tokenizer_config.json": SD3_TOKENIZER_CONFIG,
-        "tokenizer/special_tokens_map.json": SD3_SPECIAL_TOKENS_MAP,
-        "tokenizer_2/tokenizer_config.json": SD3_TOKENIZER_2_CONFIG,
-        "tokenizer_2/special_tokens_map.json": SD3_SPECIAL_TOKENS_MAP_2,
-        "tokenizer_3/tokenizer_config.json": SD3_TOKENIZER_3_CONFIG,
-    },
-    "flux": {
-        "model_index.json": FLUX_MODEL_INDEX,
-        "scheduler/scheduler_config.json": FLUX_DEV_SCHEDULER,
-        "transformer/config.json": FLUX_DEV_TRANSFORMER,
-        "vae/config.json": FLUX_DEV_VAE,
-        "text_encoder/config.json": FLUX_TEXT_ENCODER,
-        "text_encoder_2/config.json": FLUX_TEXT_ENCODER_2,
-        "tokenizer/tokenizer_config.json": FLUX_TOKENIZER_CONFIG,
-        "tokenizer/special_tokens_map.json": FLUX_SPECIAL_TOKENS_MAP,
-        "tokenizer_2/tokenizer_config.json": FLUX_TOKENIZER_2_CONFIG,
-    },
-}
+# The default checkpoints' files by name (the names callers import).
+_SD15, _SDXL, _SD3, _FLUX = (PUBLISHED_FILES[family] for family in ("sd15", "sdxl", "sd3", "flux"))
+SD15_MODEL_INDEX = _SD15["model_index.json"]
+SD15_SCHEDULER = _SD15["scheduler/scheduler_config.json"]
+SD15_UNET = _SD15["unet/config.json"]
+SD15_VAE = _SD15["vae/config.json"]
+SD15_TEXT_ENCODER = _SD15["text_encoder/config.json"]
+SD15_TOKENIZER_CONFIG = _SD15["tokenizer/tokenizer_config.json"]
+SD15_SPECIAL_TOKENS_MAP = _SD15["tokenizer/special_tokens_map.json"]
+SD15_FEATURE_EXTRACTOR = _SD15["feature_extractor/preprocessor_config.json"]
+SD15_SAFETY_CHECKER = _SD15["safety_checker/config.json"]
+
+SDXL_MODEL_INDEX = _SDXL["model_index.json"]
+SDXL_SCHEDULER = _SDXL["scheduler/scheduler_config.json"]
+SDXL_UNET = _SDXL["unet/config.json"]
+SDXL_VAE = _SDXL["vae/config.json"]
+SDXL_TEXT_ENCODER = _SDXL["text_encoder/config.json"]
+SDXL_TEXT_ENCODER_2 = _SDXL["text_encoder_2/config.json"]
+SDXL_TOKENIZER_CONFIG = _SDXL["tokenizer/tokenizer_config.json"]
+SDXL_SPECIAL_TOKENS_MAP = _SDXL["tokenizer/special_tokens_map.json"]
+SDXL_TOKENIZER_2_CONFIG = _SDXL["tokenizer_2/tokenizer_config.json"]
+SDXL_SPECIAL_TOKENS_MAP_2 = _SDXL["tokenizer_2/special_tokens_map.json"]
+
+SD3_MODEL_INDEX = _SD3["model_index.json"]
+SD3_SCHEDULER = _SD3["scheduler/scheduler_config.json"]
+SD3_TRANSFORMER = _SD3["transformer/config.json"]
+SD3_VAE = _SD3["vae/config.json"]
+SD3_TEXT_ENCODER = _SD3["text_encoder/config.json"]
+SD3_TEXT_ENCODER_2 = _SD3["text_encoder_2/config.json"]
+SD3_TEXT_ENCODER_3 = _SD3["text_encoder_3/config.json"]
+SD3_TOKENIZER_CONFIG = _SD3["tokenizer/tokenizer_config.json"]
+SD3_SPECIAL_TOKENS_MAP = _SD3["tokenizer/special_tokens_map.json"]
+SD3_TOKENIZER_2_CONFIG = _SD3["tokenizer_2/tokenizer_config.json"]
+SD3_SPECIAL_TOKENS_MAP_2 = _SD3["tokenizer_2/special_tokens_map.json"]
+SD3_TOKENIZER_3_CONFIG = _SD3["tokenizer_3/tokenizer_config.json"]  # the vocabulary's entries: t5_tokenizer
+T5_SEQUENCE_LENGTH = 256  # StableDiffusion3Pipeline's default max_sequence_length
+
+FLUX_MODEL_INDEX = _FLUX["model_index.json"]
+FLUX_DEV_SCHEDULER = _FLUX["scheduler/scheduler_config.json"]
+FLUX_DEV_TRANSFORMER = _FLUX["transformer/config.json"]
+FLUX_DEV_VAE = _FLUX["vae/config.json"]
+FLUX_TEXT_ENCODER = _FLUX["text_encoder/config.json"]
+FLUX_TEXT_ENCODER_2 = _FLUX["text_encoder_2/config.json"]
+FLUX_TOKENIZER_CONFIG = _FLUX["tokenizer/tokenizer_config.json"]
+FLUX_SPECIAL_TOKENS_MAP = _FLUX["tokenizer/special_tokens_map.json"]
+FLUX_TOKENIZER_2_CONFIG = _FLUX["tokenizer_2/tokenizer_config.json"]
+
+BOS, EOS = "<|startoftext|>", "<|endoftext|>"  # CLIP's special tokens, as its tokenizer files spell them
+
+# ---------------------------------------------------------------------------------------------
+# The weight files: how they are stored, parameter counts and byte sizes, each with its source
+# ---------------------------------------------------------------------------------------------
 
 # How each model component's weights are stored: (weights file stem, dtype of the main file,
 # whether an fp16 variant file sits beside it, number of shards). SD1.5 and SDXL: fp32 main files
@@ -874,14 +251,8 @@ LFS_SIZES = {
 # ---------------------------------------------------------------------------------------------
 # Variants: the published checkpoints of one family that share its adapter (same pipeline class,
 # component table and code path) but differ in configs or sizes. The first is the family's default
-# (PUBLISHED_FILES / WEIGHTS / PUBLISHED_REPOS above hold it).
+# (PUBLISHED_FILES / WEIGHTS / PUBLISHED_REPOS above hold it); CHECKPOINT_FOLDERS lists the same ones.
 # ---------------------------------------------------------------------------------------------
-
-
-def _sd35_large(scheduler: dict) -> dict:
-    return {**PUBLISHED_FILES["sd3"], "scheduler/scheduler_config.json": scheduler,
-            "transformer/config.json": SD35_LARGE_TRANSFORMER, "vae/config.json": SD35_LARGE_VAE}
-
 
 # SD3.5 Large's storage (frankjoshua/stable-diffusion-3.5-large trees): the transformer in two
 # bfloat16 shards (9.99 + 6.31 GB, diffusers' 10 GB cut; its index's total_size 16,292,561,536 =
@@ -895,6 +266,8 @@ _SD35_LARGE_WEIGHTS = {
     "text_encoder_2": ("model", "float16", True, 1),
     "text_encoder_3": ("model", "float16", False, 2),
 }
+# The Turbo card samples with num_inference_steps=4 and guidance_scale=0.0.
+SD35_LARGE_TURBO_SAMPLING = {"num_inference_steps": 4, "guidance_scale": 0.0}
 
 VARIANTS: dict[str, dict[str, dict]] = {
     "sd15": {"v1-5": {"repo": PUBLISHED_REPOS["sd15"], "files": PUBLISHED_FILES["sd15"], "weights": WEIGHTS["sd15"]}},
@@ -902,10 +275,10 @@ VARIANTS: dict[str, dict[str, dict]] = {
                           "weights": WEIGHTS["sdxl"]}},
     "sd3": {
         "medium": {"repo": PUBLISHED_REPOS["sd3"], "files": PUBLISHED_FILES["sd3"], "weights": WEIGHTS["sd3"]},
-        "large": {"repo": "stabilityai/stable-diffusion-3.5-large", "files": _sd35_large(SD35_LARGE_SCHEDULER),
+        "large": {"repo": "stabilityai/stable-diffusion-3.5-large", "files": published_files("sd3", "large"),
                   "weights": _SD35_LARGE_WEIGHTS},
         "large-turbo": {"repo": "stabilityai/stable-diffusion-3.5-large-turbo",
-                        "files": _sd35_large(SD35_LARGE_TURBO_SCHEDULER), "weights": _SD35_LARGE_WEIGHTS,
+                        "files": published_files("sd3", "large-turbo"), "weights": _SD35_LARGE_WEIGHTS,
                         "sampling": SD35_LARGE_TURBO_SAMPLING},
     },
     "flux": {
@@ -914,14 +287,25 @@ VARIANTS: dict[str, dict[str, dict]] = {
                 "sampling": {"num_inference_steps": 50, "guidance_scale": 3.5, "max_sequence_length": 512}},
         "schnell": {
             "repo": "black-forest-labs/FLUX.1-schnell",
-            "files": {**PUBLISHED_FILES["flux"], "scheduler/scheduler_config.json": FLUX_SCHNELL_SCHEDULER,
-                      "transformer/config.json": FLUX_SCHNELL_TRANSFORMER, "vae/config.json": FLUX_SCHNELL_VAE},
+            "files": published_files("flux", "schnell"),
             "weights": WEIGHTS["flux"],
             # the schnell model card's diffusers example: 4 steps, guidance 0, max_sequence_length 256
             "sampling": {"num_inference_steps": 4, "guidance_scale": 0.0, "max_sequence_length": 256},
         },
     },
 }
+
+# The variants' own files by name.
+_SD35_LARGE, _SD35_LARGE_TURBO = VARIANTS["sd3"]["large"]["files"], VARIANTS["sd3"]["large-turbo"]["files"]
+SD35_LARGE_MODEL_INDEX = _SD35_LARGE["model_index.json"]
+SD35_LARGE_SCHEDULER = _SD35_LARGE["scheduler/scheduler_config.json"]
+SD35_LARGE_TRANSFORMER = _SD35_LARGE["transformer/config.json"]
+SD35_LARGE_VAE = _SD35_LARGE["vae/config.json"]
+SD35_LARGE_TURBO_SCHEDULER = _SD35_LARGE_TURBO["scheduler/scheduler_config.json"]
+_FLUX_SCHNELL = VARIANTS["flux"]["schnell"]["files"]
+FLUX_SCHNELL_SCHEDULER = _FLUX_SCHNELL["scheduler/scheduler_config.json"]
+FLUX_SCHNELL_TRANSFORMER = _FLUX_SCHNELL["transformer/config.json"]
+FLUX_SCHNELL_VAE = _FLUX_SCHNELL["vae/config.json"]
 
 # Parameter counts per variant (the defaults' are in PARAMETERS too). FLUX.1-schnell: dev's less the
 # guidance embedder (Linear 256->3072 and 3072->3072 with biases: 10,229,760); its BFL single file
@@ -958,7 +342,7 @@ FILE_SIZES = {
 INDEX_TOTAL_SIZES = {("sd3", "large-turbo", "transformer"): 16_292_561_536}
 
 # Byte sizes of the published JSON files where no copy of the file was at hand but the hub tree
-# lists the size: every dict above written out must have it.
+# lists the size: each file of the checkpoint's folder (as replicas write it) must have it.
 FLUX_CONFIG_SIZES = {
     "dev": {"model_index.json": 536, "scheduler/scheduler_config.json": 273, "transformer/config.json": 378,
             "vae/config.json": 820, "text_encoder/config.json": 613, "text_encoder_2/config.json": 782,
@@ -977,8 +361,9 @@ SD35_LARGE_CONFIG_SIZES = {"model_index.json": 706, "scheduler/scheduler_config.
 CLIP_VOCAB_GIT_BLOB = "469be27c5c010538f845f518c4f5e8574c78f7c8"  # vocab.json, 1,059,962 bytes
 CLIP_MERGES_GIT_BLOB = "76e821f1b6f0a9709293c3b6b51ed90980b3166b"  # merges.txt, 524,619 bytes
 
-# The git blob ids of the published JSON files (git ls-tree of the mirrors above): a config
-# written as json.dumps(d, indent=2) + "\n" from the dicts above reproduces each file byte for byte.
+# The git blob ids of the published JSON files (git ls-tree of the mirrors above): the files of
+# families/published/, and a config written from their dicts as json.dumps(d, indent=2) + "\n",
+# reproduce each one byte for byte.
 CONFIG_GIT_BLOBS = {
     "sd15": {
         "feature_extractor/preprocessor_config.json": "5294955ff7801083f720b34b55d0f1f51313c5c5",
