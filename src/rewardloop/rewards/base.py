@@ -10,6 +10,10 @@ option names against the factory's signature, and the local files a reward decla
 ``PATH_OPTIONS`` (``{option: (kind, required)}``) exist, so a missing checkpoint stops the run
 before any job instead of failing the score job.
 
+An entry with ``remote:`` (``{weight: 1, remote: {url: ...}}``, any name) is a reward scored by a
+server (``rewards/remote``): ``build_reward`` builds its client, the checks here validate only its
+spec, and its prompts are the server's to check.
+
 Adding a reward = one module with a factory decorated by ``@register("name")`` plus its import in
 ``rewards/__init__.py``.
 """
@@ -20,6 +24,8 @@ import inspect
 from typing import Callable, Mapping, Protocol, Sequence
 
 import numpy as np
+
+from rewardloop.rewards.remote.spec import is_remote, parse_remote
 
 
 class Reward(Protocol):
@@ -51,6 +57,10 @@ def available_rewards() -> list[str]:
 
 
 def build_reward(name: str, **options) -> Reward:
+    if "remote" in options:  # scored by a server (docs/rewards.md, "Remote rewards"); any name
+        from rewardloop.rewards.remote.client import build_remote_reward
+
+        return build_remote_reward(name, options)
     if name not in _FACTORIES:
         raise ValueError(
             f"unknown reward {name!r} in 'rewards': expected one of {', '.join(available_rewards())}"
@@ -60,7 +70,9 @@ def build_reward(name: str, **options) -> Reward:
 
 def check_prompts(rewards_cfg, prompts: Sequence[str]) -> None:
     """Run every configured reward's prompt check without building (loading) the reward."""
-    for name in rewards_cfg:
+    for name, value in rewards_cfg.items():
+        if is_remote(value):  # its server checks the prompts
+            continue
         if name not in _FACTORIES:
             build_reward(name)  # raises the unknown-reward error
         check = getattr(_FACTORIES[name], "check_prompts", None)
@@ -78,7 +90,7 @@ def _option_names(factory) -> set[str] | None:
 
 def path_options(name: str) -> dict[str, tuple[str, bool]]:
     """``{option: (kind "file" | "dir", required)}``: the local files reward ``name`` reads."""
-    return dict(getattr(_FACTORIES[name], "PATH_OPTIONS", {}))
+    return dict(getattr(_FACTORIES.get(name), "PATH_OPTIONS", {}))  # none for a remote entry's own name
 
 
 def check_options(rewards_cfg, key: str = "rewards") -> None:
@@ -86,6 +98,9 @@ def check_options(rewards_cfg, key: str = "rewards") -> None:
     from rewardloop.rewards.clip_common import require_path
 
     for name, value in rewards_cfg.items():
+        if is_remote(value):  # only its spec here; the server is asked by remote.client.check_remote_rewards
+            parse_remote(name, value, key=key)
+            continue
         if name not in _FACTORIES:
             build_reward(name)  # raises the unknown-reward error
         factory = _FACTORIES[name]
