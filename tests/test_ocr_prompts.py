@@ -1,13 +1,19 @@
-"""The shipped OCR prompt set (resources/prompts/ocr_{train,test}.jsonl) and its generator."""
+"""The shipped OCR prompt set (resources/prompts/ocr_{train,test}.jsonl) and its generator (tools/ocr_prompts.py)."""
 
 from __future__ import annotations
 
+import ast
 import json
 import re
+import sys
+from pathlib import Path
 
 import pytest
 
-from rewardloop import ocr_prompts
+import rewardloop
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+import ocr_prompts  # noqa: E402  (tools/, not the package: a generator nothing imports at run time)
 from rewardloop.prompts import check_id, load_prompts
 from rewardloop.rewards.ocr import OCRReward, extract_target, normalise
 
@@ -30,7 +36,7 @@ def test_shipped_files_equal_a_fresh_generation(tmp_path):
     for name, path in SHIPPED.items():
         assert written[name].name == path.name
         assert path.read_bytes() == written[name].read_bytes(), (
-            f"{path} differs from a fresh generation: python -m rewardloop.ocr_prompts --out-dir resources/prompts")
+            f"{path} differs from a fresh generation: python tools/ocr_prompts.py --out-dir resources/prompts")
     fresh = ocr_prompts.generate()
     assert ocr_prompts.to_jsonl(fresh["test"]).encode("ascii") == SHIPPED["test"].read_bytes()  # same in-process
 
@@ -93,3 +99,12 @@ def test_train_targets_appear_in_different_templates(tables):
 
 def test_generation_depends_on_the_seed():
     assert ocr_prompts.generate(1)["test"] != ocr_prompts.generate(0)["test"]
+
+
+def test_the_generator_is_a_tool_outside_the_package():
+    """The package never imports it (the workflow reads the shipped files), and it needs nothing of the package."""
+    assert not (Path(rewardloop.__file__).parent / "ocr_prompts.py").exists()
+    tree = ast.parse(Path(ocr_prompts.__file__).read_text())
+    imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    assert not {name for name in imported if name.split(".")[0] == "rewardloop"}

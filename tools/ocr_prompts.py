@@ -1,5 +1,8 @@
 """The shipped OCR prompt set (``resources/prompts/ocr_{train,test}.jsonl``), generated, not downloaded.
 
+A tool, not part of the package: nothing imports it at run time (the workflow reads the two files);
+it imports nothing of rewardloop, only numpy.
+
 Flow-GRPO's text-rendering task (yifan123/flow_grpo, ``dataset/ocr``: about 20K train and 1K test
 prompts written by GPT-4o, one per line, the target text in double quotes) in the same shape and
 size class, built here from word lists and scene templates so that ``configs/sd35m_ocr_grpo.yaml``
@@ -18,7 +21,7 @@ runs without data from elsewhere:
   bytes (``tests/test_ocr_prompts.py`` compares the shipped files with a fresh generation).
 
 Each line is ``{"id": "ocr-train-00000", "prompt": "..."}``. Regenerate with
-``python -m rewardloop.ocr_prompts --out-dir resources/prompts``.
+``python tools/ocr_prompts.py --out-dir resources/prompts``.
 """
 
 from __future__ import annotations
@@ -403,7 +406,7 @@ def write(out_dir: str | Path, seed: int = SEED) -> dict[str, Path]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m rewardloop.ocr_prompts",
+        prog="python tools/ocr_prompts.py",
         description="Write the generated OCR prompt set (ocr_train.jsonl, ocr_test.jsonl).")
     parser.add_argument("--out-dir", default="resources/prompts", help="folder for the two files")
     parser.add_argument("--seed", type=int, default=SEED, help="numpy default_rng seed (the shipped set: 0)")
