@@ -1,4 +1,5 @@
-"""Shared fixtures: offline mode, the repository root, a tiny pretrained model built once per session."""
+"""Shared fixtures: offline mode, the repository root, tiny models and a finished run built once per session
+(whatever the number of xdist workers: tests/built_once.py)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import os
 from pathlib import Path
 
 import pytest
+
+from built_once import built_once
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[1]
@@ -18,12 +21,13 @@ def repo_root() -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> Path:
-    """A briefly pretrained tiny SD1.5-family model (seconds, not minutes: plumbing tests only)."""
+    """A briefly pretrained tiny SD1.5-family model (seconds, not minutes: plumbing tests only).
+    Built once per session (tests/built_once.py); tests must not change it (copy it first)."""
     from rewardloop.models.tiny_sd15 import build_tiny_sd15
 
-    out = tmp_path_factory.mktemp("models") / "tiny-sd15"
-    build_tiny_sd15(out, seed=0, vae_steps=40, unet_steps=60, progress=False)
-    return out
+    folder = built_once(tmp_path_factory, "tiny-sd15", lambda root: build_tiny_sd15(
+        root / "tiny-sd15", seed=0, vae_steps=40, unet_steps=60, progress=False))
+    return folder / "tiny-sd15"
 
 
 @pytest.fixture(scope="session")
@@ -31,7 +35,8 @@ def tiny_sdxl_model(tmp_path_factory) -> Path:
     """A random-init tiny SDXL-architecture model (two text encoders, pooled embeds, time ids)."""
     from rewardloop.models.tiny_sdxl import build_tiny_sdxl
 
-    return build_tiny_sdxl(tmp_path_factory.mktemp("models") / "tiny-sdxl", seed=0)
+    folder = built_once(tmp_path_factory, "tiny-sdxl", lambda root: build_tiny_sdxl(root / "tiny-sdxl", seed=0))
+    return folder / "tiny-sdxl"
 
 
 @pytest.fixture(scope="session")
@@ -39,9 +44,33 @@ def tiny_sd3_model(tmp_path_factory) -> Path:
     """A briefly pretrained tiny SD3-family model (seconds: plumbing and numerics tests only)."""
     from rewardloop.models.tiny_sd3 import build_tiny_sd3
 
-    out = tmp_path_factory.mktemp("models") / "tiny-sd3"
-    build_tiny_sd3(out, seed=0, vae_steps=30, unet_steps=40, progress=False)
-    return out
+    folder = built_once(tmp_path_factory, "tiny-sd3", lambda root: build_tiny_sd3(
+        root / "tiny-sd3", seed=0, vae_steps=30, unet_steps=40, progress=False))
+    return folder / "tiny-sd3"
+
+
+@pytest.fixture(scope="session")
+def finished_run(tmp_path_factory, tiny_model) -> Path:
+    """A finished run of the workflow, built once per session: the default config.yaml with the
+    tests' small overlay (``workflow_helpers.tiny_overlay``) on ``tiny_model``, MLflow tracking off,
+    rollouts in 3 batches of 6 (so that 2 shards of generate or score are a valid config).
+
+    The folder is what ``snakemake`` leaves after a complete 2-iteration run started in it:
+    ``test.yaml`` (the overlay, given as ``--configfile``), ``results/`` (``base/``, ``iter_000/``,
+    ``iter_001/`` with samples, scores, pairs, checkpoint, eval; ``report/``, logs, benchmarks) and
+    ``.snakemake/``. Read it, or dry-run it (``snakemake -n`` writes only under ``.snakemake/``),
+    but never change it: every test of the session sees the same folder. A test that changes a run
+    works on ``workflow_helpers.copy_run(finished_run, tmp_path / "run")``. tests/test_workflow.py
+    checks after each of its tests that no file of it changed.
+    """
+    from workflow_helpers import snakemake, tiny_overlay, write_overlay
+
+    def run(work: Path) -> None:
+        write_overlay(work, tiny_overlay(tiny_model, tracking={"enabled": False},  # MLflow: test_tracking.py
+                                         generate={"batch_size": 6}))
+        snakemake(work)
+
+    return built_once(tmp_path_factory, "finished-run", run)
 
 
 MODEL_FIXTURES = {"tiny_model", "tiny_sdxl_model", "tiny_sd3_model"}
