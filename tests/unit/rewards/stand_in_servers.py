@@ -1,0 +1,92 @@
+"""Small reward servers of other makes, for tests/unit/rewards/test_remote_reward.py (stdlib only).
+
+  python stand_in_servers.py MODE PORT
+
+Every mode scores ``mean_level``: the mean of an image's RGB values / 255. ``GET /count`` answers
+``{"posts": n}``, the scoring requests received so far (the test counts the client's attempts).
+- ``flaky:N``: protocol rewardloop/1; the first N scoring requests answer 503, the next ones score;
+- ``refuse``: rewardloop/1; every scoring request answers 400;
+- ``short``: rewardloop/1; answers 200 with one score too few (a malformed reply);
+- ``flow_factory``: Flow-Factory's protocol as its client speaks it (X-GenGroup/Flow-Factory,
+  src/flow_factory/rewards/my_reward_remote.py): ``POST /compute`` with ``prompt``, ``image`` (base64
+  PNG), ``video``, ``condition_images``, ``condition_videos``, ``kwargs``; reply ``{"rewards": [...]}``;
+  ``GET /health`` answers ``{"status": "ok"}``.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+from PIL import Image
+
+FLOW_FACTORY_FIELDS = {"prompt", "image", "video", "condition_images", "condition_videos", "kwargs"}
+
+
+def mean_level(b64: str) -> float:
+    image = Image.open(io.BytesIO(base64.b64decode(b64))).convert("RGB")
+    return float(np.asarray(image, dtype=np.float64).mean() / 255)
+
+
+class State:
+    posts = 0
+    lock = threading.Lock()
+
+
+def handler(mode: str):
+    failures = int(mode.split(":")[1]) if mode.startswith("flaky:") else 0
+
+    class Handler(BaseHTTPRequestHandler):
+        def reply(self, status: int, body: dict) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):
+            if self.path == "/count":
+                return self.reply(200, {"posts": State.posts})
+            if self.path != "/health":
+                return self.reply(404, {"detail": "Not Found"})
+            if mode == "flow_factory":
+                return self.reply(200, {"status": "ok"})
+            self.reply(200, {"protocol": "rewardloop/1", "status": "ok", "reward": "mean_level",
+                             "options": {}, "fingerprint": {}})
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            with State.lock:
+                State.posts += 1
+                posts = State.posts
+            if mode == "flow_factory":
+                if self.path != "/compute" or set(body) != FLOW_FACTORY_FIELDS:
+                    return self.reply(422, {"detail": f"expected POST /compute with {sorted(FLOW_FACTORY_FIELDS)}"})
+                return self.reply(200, {"rewards": [mean_level(b) for b in body["image"]]})
+            if mode == "refuse":
+                return self.reply(400, {"protocol": "rewardloop/1",
+                                        "error": {"code": "bad_request", "message": "refused on purpose"}})
+            if posts <= failures:
+                return self.reply(503, {"protocol": "rewardloop/1",
+                                        "error": {"code": "warming_up", "message": f"warming up ({posts})"}})
+            scores = [mean_level(b) for b in body["images"]]
+            if mode == "short":
+                scores = scores[:-1]
+            self.reply(200, {"protocol": "rewardloop/1", "reward": "mean_level", "scores": scores,
+                             "details": [{} for _ in scores]})
+
+        def log_message(self, *args):  # quiet
+            pass
+
+    return Handler
+
+
+if __name__ == "__main__":
+    mode, port = sys.argv[1], int(sys.argv[2])
+    ThreadingHTTPServer(("127.0.0.1", port), handler(mode)).serve_forever()
