@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from built_once import built_once
+from xdist_schedule import longest_first_scheduler
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,6 +72,14 @@ def finished_run(tmp_path_factory, tiny_model) -> Path:
         snakemake(work)
 
     return built_once(tmp_path_factory, "finished-run", run)
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist, absent from the paddleocr tier's venv
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile`` (make test): the longest test files first (tests/xdist_schedule.py)."""
+    if config.getvalue("dist") == "loadfile":
+        return longest_first_scheduler(config, log)
+    return None
 
 
 MODEL_FIXTURES = {"tiny_model", "tiny_sdxl_model", "tiny_sd3_model"}

@@ -1,0 +1,61 @@
+"""`pytest -n 2 --dist loadfile` (make test) with the longest test files first.
+
+xdist's loadfile scheduler hands out whole files in the order of their number of tests (most first), and
+tops a worker up with the next file as soon as it has 2 tests or fewer left. The suite's slowest files
+have the fewest tests (tests/test_default_run.py: 1 test, the default config's ~5 min model build and
+its 3 iterations), so they came last, and one worker ran the final minutes alone. Here the next file
+handed out is the one expected to take longest (longest processing time first: the two workers finish
+within about one file's time of each other), and a worker is topped up only when on its last test (it
+cannot start that test before it knows the next one, or is told to stop).
+
+``SECONDS`` holds each slow file's duration on CI's 2-core machine (``pytest --durations=0`` over the
+file, the figures of its tests and its fixtures' setup added); any other file counts ``PER_TEST``
+seconds a test. Only the order depends on them: a wrong figure makes the run slower, never wrong.
+"""
+
+from __future__ import annotations
+
+PER_TEST = 1.0
+SECONDS = {
+    "tests/test_default_run.py": 480,
+    "tests/test_recipe_smoke_sd3.py": 500,
+    "tests/test_recipe_smoke_flux.py": 450,
+    "tests/test_crash_resume.py": 420,
+    "tests/test_recipe_smoke.py": 350,
+    "tests/test_bad_inputs.py": 330,
+    "tests/test_crash_resume_kills.py": 250,
+    "tests/test_workflow.py": 250,
+    "tests/test_experiments.py": 250,
+    "tests/test_workflow_flux.py": 250,
+    "tests/test_guard_workflow.py": 200,
+    "tests/test_multiprocess_training.py": 200,
+    "tests/test_workflow_sd3.py": 150,
+    "tests/test_families_workflow.py": 120,
+    "tests/test_integrity.py": 100,
+    "tests/test_full_and_offline.py": 60,
+    "tests/test_grpo_guard.py": 30,
+}
+
+
+def expected_seconds(scope: str, tests: int) -> float:
+    """A file's (a loadfile scope's: its path from the rootdir) expected duration."""
+    return SECONDS.get(scope, PER_TEST * tests)
+
+
+def longest_first_scheduler(config, log):
+    """A LoadFileScheduling that hands out the longest file left, topping a worker up on its last test."""
+    from xdist.scheduler import LoadFileScheduling
+
+    class LongestFileFirst(LoadFileScheduling):
+        def _assign_work_unit(self, node) -> None:
+            # the longest file first (the first of equals in xdist's own order), then xdist's assignment
+            longest = max(self.workqueue, key=lambda scope: expected_seconds(scope, len(self.workqueue[scope])))
+            self.workqueue.move_to_end(longest, last=False)
+            super()._assign_work_unit(node)
+
+        def _reschedule(self, node) -> None:
+            if not node.shutting_down and self.workqueue and self._pending_of(self.assigned_work[node]) > 1:
+                return  # more than its last test left: the next file may suit the other worker better
+            super()._reschedule(node)
+
+    return LongestFileFirst(config, log)
