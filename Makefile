@@ -52,8 +52,11 @@ report: $(STAMP)
 summary: $(STAMP)
 	$(BIN)/rewardloop summary results/
 
+# The address first: MLflow 3's UI opens an experiment on its GenAI pages unless told otherwise.
+MLFLOW_PORT ?= 5000
 mlflow-ui: $(STAMP)
-	$(BIN)/mlflow ui --backend-store-uri sqlite:///results/mlflow.db --artifacts-destination results/mlartifacts --port 5000
+	@$(BIN)/python -m rewardloop.tracking.browse --results results --url http://127.0.0.1:$(MLFLOW_PORT)
+	$(BIN)/mlflow ui --backend-store-uri sqlite:///results/mlflow.db --artifacts-destination results/mlartifacts --port $(MLFLOW_PORT)
 
 clean-results:
 	rm -rf results .snakemake

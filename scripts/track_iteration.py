@@ -9,7 +9,7 @@ with job(snakemake):  # noqa: F821
         snakemake.params.iteration,
         tracking.iter_names(snakemake.input.metrics),
         {"samples": snakemake.input.samples, "scores": snakemake.input.scores, "eval": snakemake.input.eval},
-        {"rollout_grid.png": snakemake.input.grid, "eval_grid.png": snakemake.input.eval_grid},
+        tracking.iteration_grids(snakemake.input.grid, snakemake.input.eval_grid),
         snakemake.params.benchmarks,
         snakemake.params.steps_per_iteration,
         snakemake.output.marker,

@@ -20,7 +20,9 @@ import pytest
 import yaml
 
 from rewardloop import tracking
+from rewardloop.artifacts import benchmark_seconds
 from rewardloop.runtime import runlock
+from rewardloop.tracking import browse
 from workflow_helpers import snakemake as run_snakemake
 from workflow_helpers import ROOT, SNAKEMAKE, planned_jobs, tiny_overlay, write_overlay
 
@@ -130,6 +132,9 @@ def test_parent_and_child_runs_with_params_tags_and_artifacts(tracked):
     assert params["train.steps"] == "4" and params["iterations"] == "2" and params["tracking.enabled"] == "true"
     assert params["eval.rewards.jpeg_compressibility"] == "1.0"
     assert run.data.tags["rewardloop.version"] and run.data.tags["rewardloop.model"].endswith("tiny-sd15")
+    note = run.data.tags["mlflow.note.content"]  # the run's description in MLflow's UI
+    assert "`iter_000`" in note and "Step -1 is the base model" in note, note
+    assert "`base/eval_grid.png`" in note and "`rollout_grid.png`" in note and "`eval_grid.png`" in note, note
     kids = children(client, parent)
     assert sorted(kids) == ["iter_000", "iter_001"]
     for name, child in kids.items():
@@ -247,8 +252,16 @@ def test_a_moved_run_folder_reruns_nothing_and_mlflow_ui_shows_every_image(sqlit
         with mlflow_process(*ui, cwd=moved, log_path=tmp_path / "ui.log") as ready:
             from mlflow.tracking import MlflowClient
 
-            client = MlflowClient(tracking_uri=ready())
+            url = ready()
+            client = MlflowClient(tracking_uri=url)
             parent = json.loads((moved / "results/tracking/run.json").read_text())
+            # what `make mlflow-ui` prints: this server's page, the run's experiment on its runs table
+            (line,) = browse.ui_lines(moved / "results", url)
+            address = line.rsplit(" ", 1)[1]
+            assert address == f"{url}/#/experiments/{parent['experiment_id']}/runs?workflowType=machine_learning"
+            with urllib.request.urlopen(address.split("#")[0], timeout=10) as page:
+                assert page.status == 200 and b"<html" in page.read().lower()
+            assert client.get_experiment(parent["experiment_id"]).name == "rewardloop"
             kids = children(client, parent)
             assert sorted(kids) == sorted(GRIDS)
             served = {(name, a.path): (moved / "results" / GRIDS[name][a.path]).read_bytes()
@@ -276,7 +289,7 @@ def test_experiment_opens_in_the_training_view_and_runs_last_as_long_as_their_wo
     kids = children(client, parent)
     for name, child in kids.items():
         folder = sqlite_run / "results" / name
-        train = tracking.benchmark_seconds(sqlite_run / f"results/benchmarks/{name}/train.tsv")
+        train = benchmark_seconds(sqlite_run / f"results/benchmarks/{name}/train.tsv")
         assert child.info.end_time - child.info.start_time >= 1000 * train, name  # it spans its stages' jobs
         mtimes = [int(p.stat().st_mtime * 1000) for p in (folder / "metrics").glob("*.json")]
         assert int((folder / "metrics/train.json").stat().st_mtime * 1000) <= child.info.end_time <= max(mtimes)
@@ -310,15 +323,20 @@ def test_default_tracking_uri_is_sqlite_in_results(tmp_path, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.chdir(tmp_path)
     assert tracking.tracking_uri() == "sqlite:///results/mlflow.db"
-    marker = tracking.start_parent_run({"tracking": {"experiment": "unit"}, "train": {"steps": 3}},
-                                       "results/tracking/run.json")
+    config = {"tracking": {"experiment": "unit"}, "train": {"steps": 3, "loss": "dpo"},
+              "model": {"path": "resources/models/tiny-sd15"}, "rewards": {"color_match": 1.0, "dropped": None}}
+    started = int(time.mktime((2025, 6, 1, 14, 3, 30, 0, 0, -1)) * 1000)  # 14:03 local time
+    marker = tracking.start_parent_run(config, "results/tracking/run.json", start_ms=started)
     assert marker["status"] == "ok", marker
     assert (tmp_path / "results/mlflow.db").is_file()
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri="sqlite:///results/mlflow.db")
     run = client.get_run(marker["run_id"])
-    assert run.data.params["train.steps"] == "3" and run.info.run_name == tmp_path.name
+    assert run.data.params["train.steps"] == "3" and run.info.start_time == started
+    # named after the run, not the folder it was made in (a moved folder would still say the old one)
+    assert run.info.run_name == marker["run_name"] == "tiny-sd15 color_match dpo 2025-06-01 14:03"
+    assert "iteration is a child run" in run.data.tags["mlflow.note.content"]
     experiment = client.get_experiment(marker["experiment_id"])
     assert experiment.artifact_location == "mlflow-artifacts:/unit"  # no absolute path: the folder can move
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
@@ -392,7 +410,7 @@ def test_unwritable_tracking_uri_fails_fast_and_says_so_once(tmp_path, tiny_mode
     assert console.count(line) == 1 and sum("MLflow tracking failed" in c for c in console) == 1, result.stderr[-3000:]
     inside = {rel: json.loads((results / rel).read_text())["seconds"]
               for rel in ("tracking/run.json", "base/tracking.json", "iter_000/tracking.json")}
-    jobs = {rel: tracking.benchmark_seconds(results / "benchmarks" / rel)
+    jobs = {rel: benchmark_seconds(results / "benchmarks" / rel)
             for rel in ("tracking/run.tsv", "base/tracking.tsv", "iter_000/tracking.tsv")}
     print("seconds in tracking:", inside, "tracking jobs (benchmarks):", jobs)
     assert sum(inside.values()) < 20, inside  # before: ~105 s in tracking_run alone (MLflow's engine retries)
@@ -598,3 +616,118 @@ def test_the_training_curves_step_by_the_optimizer_steps_the_train_stage_took(tm
     assert ("train/steps", 6.0) in [(p[0], p[1]) for p in points] and {p[3] for p in points} == {1}
     _, curve = tracking.iteration_points(1, train_json(4), {}, {}, None)
     assert sorted(p[3] for p in curve if p[0] == "train/loss") == [4, 5, 6, 7]
+
+
+# ---------------------------------------------------------------------------------- the package itself
+
+
+JOB_ENVIRONMENT = textwrap.dedent("""
+    import json, os, sys
+    before = dict(os.environ)
+    from rewardloop import tracking
+    changed_by_import = {k: v for k, v in os.environ.items() if before.get(k) != v}
+    tracking.client("sqlite:///" + sys.argv[1])
+    from mlflow.telemetry.client import get_telemetry_client
+    print(json.dumps({"changed_by_import": changed_by_import, "telemetry": get_telemetry_client() is not None,
+                      "after_client": {k: os.environ.get(k) for k in tracking.store.JOB_DEFAULTS}}))
+""")
+
+
+def test_importing_tracking_changes_no_environment_and_a_job_gets_its_mlflow_defaults(tmp_path):
+    """The package's import leaves os.environ alone; the first client sets MLflow's HTTP retries and
+    timeout and turns telemetry off (before mlflow is imported), the user's own values winning."""
+    ci_markers = ("PYTEST_CURRENT_TEST", "CI", "GITHUB_ACTIONS", "DO_NOT_TRACK")  # each alone turns telemetry off
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_") and k not in ci_markers}
+    env.update(HF_HUB_OFFLINE="1", MLFLOW_HTTP_REQUEST_TIMEOUT="7")
+    out = subprocess.run([sys.executable, "-c", JOB_ENVIRONMENT, str(tmp_path / "mlflow.db")], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen["changed_by_import"] == {}
+    assert seen["after_client"] == {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "3", "MLFLOW_HTTP_REQUEST_TIMEOUT": "7",
+                                    "MLFLOW_DISABLE_TELEMETRY": "true"}
+    assert seen["telemetry"] is False
+
+
+def test_marking_writes_the_marker_ok_skipped_or_failed_and_never_raises(tmp_path, capsys):
+    path = tmp_path / "marker.json"
+    with tracking.marking({"status": "ok", "iteration": 2}, path) as job:
+        job.marker["metrics"] = ["a"]
+    written = json.loads(path.read_text())
+    assert written["status"] == "ok" and written["metrics"] == ["a"] and 0 <= written["seconds"] < 5
+    with tracking.marking({"status": "ok"}, path):
+        raise tracking.Skipped("no parent run (results/tracking/run.json: boom)")
+    written = json.loads(path.read_text())
+    assert written["status"] == "skipped" and written["reason"].startswith("no parent run") and "retryable" not in written
+    refused = ConnectionRefusedError(111, "Connection refused")
+    for answered, retried in ((False, False), (True, True)):  # a refusal after the store answered may pass
+        with tracking.marking({"status": "ok"}, path, answered=False) as job:
+            job.answered = answered
+            raise RuntimeError("API request failed: connection refused") from refused
+        written = json.loads(path.read_text())
+        assert written["status"] == "failed" and written["retryable"] is retried, written
+        assert written["reason"] == "RuntimeError: API request failed: connection refused"
+        assert written["summary"] == "API request failed: connection refused"
+    err = capsys.readouterr().err
+    assert "tracking skipped: no parent run" in err and err.count("tracking FAILED") == 2 and "Traceback" in err
+
+
+def test_the_parent_run_is_named_after_its_recipe_and_start_not_its_folder():
+    config = {"model": {"path": "stabilityai/stable-diffusion-3.5-medium"}, "train": {"loss": "grpo"},
+              "rewards": {"ocr": {"weight": 1.0}, "pickscore": 0.5}, "tracking": {"run_name": None}}
+    started = int(time.mktime((2025, 1, 9, 8, 5, 0, 0, 0, -1)) * 1000)
+    assert tracking.parent_run_name(config, started) == "stable-diffusion-3.5-medium ocr+pickscore grpo 2025-01-09 08:05"
+    fanout = {**config, "_experiment": {"name": "nft", "seed": 1}}  # one run of an experiments fan-out
+    assert tracking.parent_run_name(fanout, started).endswith("2025-01-09 08:05 nft seed 1")
+    named = {**config, "tracking": {"run_name": "mine"}}
+    assert tracking.parent_run_name(named, started) == "mine"
+
+
+def test_mlflow_ui_address_opens_each_tracked_experiment_on_its_runs_table(tmp_path):
+    results = tmp_path / "results"
+    assert browse.ui_lines(results) == [
+        "MLflow: http://127.0.0.1:5000/ (no run tracked into sqlite:///results/mlflow.db under "
+        f"{results}/ yet; add ?workflowType=machine_learning to an experiment's address for its runs table)"]
+    (results / "tracking").mkdir(parents=True)
+    (results / "tracking/run.json").write_text(json.dumps(
+        {"status": "ok", "tracking_uri": "sqlite:///results/mlflow.db", "experiment": "rewardloop",
+         "experiment_id": "3", "run_id": "r"}))
+    fanout = results / "grpo/seed_0"  # a fan-out's run: found by its iteration folders
+    (fanout / "iter_000").mkdir(parents=True)
+    (fanout / "iter_000/eval.parquet").write_bytes(b"")
+    (fanout / "tracking").mkdir()
+    (fanout / "tracking/run.json").write_text(json.dumps(
+        {"status": "ok", "tracking_uri": "http://h:5000", "experiment": "fan", "experiment_id": "9"}))
+    assert browse.ui_lines(results, "http://127.0.0.1:5001") == [
+        "MLflow: experiment 'rewardloop', runs table: "
+        "http://127.0.0.1:5001/#/experiments/3/runs?workflowType=machine_learning",
+        "MLflow: experiment 'fan' is on the server http://h:5000: "
+        "http://h:5000/#/experiments/9/runs?workflowType=machine_learning"]
+    (fanout / "tracking/run.json").write_text(json.dumps({"status": "failed", "tracking_uri": "http://h:5000"}))
+    assert len(browse.ui_lines(results)) == 1
+
+
+def test_the_pinned_mlflow_ui_honours_the_address_it_is_given():
+    """What browse.runs_table_url relies on, read from the frontend the installed MLflow serves: the
+    view follows a `workflowType` query parameter (genai or machine_learning, else the browser's stored
+    choice, GenAI by default) and not the experimentKind tag, and `/experiments/:id/:tabName` with the
+    tab `runs` is a route. An MLflow upgrade that changes either fails here."""
+    import mlflow.server
+
+    bundle = Path(mlflow.server.__file__).parent / "js/build/static/js"
+    main = "".join(p.read_text(errors="replace") for p in bundle.glob("main.*.js"))
+    assert 'e.get("workflowType")' in main and 'MACHINE_LEARNING="machine_learning"' in main
+    assert 'key:"mlflow.workflowType",version:1,initialValue:c' in main and "const c=l.GENAI" in main
+    assert '"/experiments/:experimentId/:tabName"' in main and 'Runs="runs"' in main
+    assert browse.WORKFLOW_QUERY == "workflowType=machine_learning"
+
+
+def test_make_mlflow_ui_prints_the_runs_table_address_before_the_server_starts():
+    plan = subprocess.run(["make", "-n", "-C", str(ROOT), "mlflow-ui", "MLFLOW_PORT=5123"],
+                          capture_output=True, text=True, timeout=60)
+    assert plan.returncode == 0, plan.stderr
+    lines = plan.stdout.splitlines()  # (the venv's commands first, when it is out of date)
+    commands = lines[next(i for i, line in enumerate(lines) if "rewardloop.tracking.browse" in line):]
+    assert "--url http://127.0.0.1:5123" in commands[0], commands
+    assert commands[1].endswith("mlflow ui --backend-store-uri sqlite:///results/mlflow.db "
+                                "--artifacts-destination results/mlartifacts --port 5123"), commands
