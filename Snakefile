@@ -52,15 +52,19 @@ onstart:
         warm.start("results/logs/warm_worker.log")
 
 
+# The end of a run that ran jobs (Snakemake calls neither hook on "Nothing to be done"): the failure
+# lines of tracking and the guard on stderr, then (on success) what happened and where to look on
+# stdout: the summary table, or a fan-out's comparison headline (src/rewardloop/end_of_run.py).
 onsuccess:
     warm.stop()
-    from rewardloop import tracking
+    from rewardloop import end_of_run, tracking
 
     from rewardloop.monitors import history
 
     for folder in RUN_FOLDERS:
         tracking.report(folder)  # one line on stderr when a tracking marker says failed
         history.report(folder)  # one line naming every iteration whose guard found a breach
+    end_of_run.show(RUN_FOLDERS, fanout_results=RESULTS if config["experiments"] else None)
 
 
 onerror:
