@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 from rewardloop import results_layout as layout
-from rewardloop.tracking.store import DEFAULT_TRACKING_URI
+from rewardloop.tracking.store import DEFAULT_RESULTS, DEFAULT_TRACKING_URI
 
 UI_URL = "http://127.0.0.1:5000"  # `make mlflow-ui`'s host and port
 WORKFLOW_QUERY = "workflowType=machine_learning"  # the model-training view, not the GenAI pages
@@ -27,7 +27,7 @@ def runs_table_url(ui_url: str, experiment_id: str) -> str:
     return f"{ui_url.rstrip('/')}/#/experiments/{experiment_id}/runs?{WORKFLOW_QUERY}"
 
 
-def tracked_experiments(results: str | Path = "results") -> list[tuple[str, str, str]]:
+def tracked_experiments(results: str | Path = DEFAULT_RESULTS) -> list[tuple[str, str, str]]:
     """(tracking URI, experiment id, experiment name) of the parent runs under ``results`` (the run's, or
     each run's of a fan-out), from their markers, once each, in order; runs whose tracking failed are left out."""
     roots = [Path(results), *layout.run_roots(results)]
@@ -43,7 +43,7 @@ def tracked_experiments(results: str | Path = "results") -> list[tuple[str, str,
     return [(uri, experiment_id, name) for (uri, experiment_id), name in found.items()]
 
 
-def ui_lines(results: str | Path = "results", ui_url: str = UI_URL) -> list[str]:
+def ui_lines(results: str | Path = DEFAULT_RESULTS, ui_url: str = UI_URL) -> list[str]:
     """What to open: the runs table of each experiment logged into the default store (which the UI at
     ``ui_url`` serves), or into a server (its own address); the UI's front page when none is."""
     lines, served = [], False
@@ -61,7 +61,7 @@ def ui_lines(results: str | Path = "results", ui_url: str = UI_URL) -> list[str]
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--results", default="results", help="the results folder (default: results)")
+    parser.add_argument("--results", default=DEFAULT_RESULTS, help=f"the results folder (default: {DEFAULT_RESULTS})")
     parser.add_argument("--url", default=UI_URL, help=f"the UI's address (default: {UI_URL})")
     args = parser.parse_args(argv)
     print("\n".join(ui_lines(args.results, args.url)), flush=True)

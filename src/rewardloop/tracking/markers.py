@@ -21,6 +21,7 @@ from typing import Iterator
 from rewardloop import results_layout as layout
 from rewardloop.artifacts import write_json
 from rewardloop.tracking.errors import Skipped, retryable, summary
+from rewardloop.tracking.store import DEFAULT_RESULTS
 
 
 @dataclass
@@ -61,7 +62,7 @@ def marking(marker: dict, path, answered: bool = True) -> Iterator[Marking]:
 # --------------------------------------------------------------------------------- end of the run
 
 
-def markers(results_dir: str | os.PathLike = "results") -> list[Path]:
+def markers(results_dir: str | os.PathLike = DEFAULT_RESULTS) -> list[Path]:
     """The tracking markers under ``results_dir``: run.json first, then base, then the iterations."""
     run = layout.RunLayout(results_dir)
     found = [Path(run.tracking_run), Path(run.base) / layout.TRACKING_MARKER]
@@ -77,7 +78,7 @@ def _without_password(uri: str | None) -> str | None:
     return f"{scheme}://***@{rest.split('@', 1)[1]}"
 
 
-def failure_line(results_dir: str | os.PathLike = "results") -> str | None:
+def failure_line(results_dir: str | os.PathLike = DEFAULT_RESULTS) -> str | None:
     """One line when a marker under ``results_dir`` says tracking failed, else None: the first failed
     marker's URI, its short cause and the marker's path (a skipped marker points at run.json)."""
     failed = []
@@ -97,7 +98,7 @@ def failure_line(results_dir: str | os.PathLike = "results") -> str | None:
     return f"rewardloop: MLflow tracking failed ({f'{uri}: ' if uri else ''}{cause}); see {path}{more}"
 
 
-def report(results_dir: str | os.PathLike = "results", file=None) -> str | None:
+def report(results_dir: str | os.PathLike = DEFAULT_RESULTS, file=None) -> str | None:
     """Snakefile onsuccess/onerror: print ``failure_line`` (to stderr) when there is one. Never raises:
     the run's exit status stays that of its jobs."""
     try:

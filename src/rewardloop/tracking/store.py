@@ -12,9 +12,11 @@ import re
 import sys
 from pathlib import Path
 
+from rewardloop import results_layout as layout
 from rewardloop.tracking.errors import retry, retryable, summary
 
-DEFAULT_TRACKING_URI = "sqlite:///results/mlflow.db"
+DEFAULT_RESULTS = layout.RunLayout().root  # the run folder, relative to the working directory
+DEFAULT_TRACKING_URI = f"sqlite:///{DEFAULT_RESULTS}/mlflow.db"
 ENV_TRACKING_URI = "MLFLOW_TRACKING_URI"
 FIRST_CONTACT_TIMEOUT_S = 10
 ARTIFACTS_DIR = "mlartifacts"  # beside a SQLite store: what `--artifacts-destination` names
