@@ -4,17 +4,17 @@
 rule advantages:
     localrule: True
     input:
-        scores=f"{RESULTS}/iter_{{it}}/scores.parquet",
+        scores=f"{ITER}/{layout.SCORES}",
     output:
-        advantages=f"{RESULTS}/iter_{{it}}/advantages.parquet",
-        metrics=f"{RESULTS}/iter_{{it}}/metrics/advantages.json",
+        advantages=f"{ITER}/{layout.signal_table('advantages')}",
+        metrics=metrics_file("advantages"),
     params:
         cfg=stage_config(config, "advantages"),
         keep_tied_groups=OBJECTIVE.keeps_tied_groups,
     log:
-        f"{RESULTS}/logs/iter_{{it}}/advantages.log",
+        RUN.log(ITER_NAME, "advantages"),
     benchmark:
-        f"{RESULTS}/benchmarks/iter_{{it}}/advantages.tsv"
+        RUN.benchmark(ITER_NAME, "advantages")
     threads: 1
     resources:
         mem_mb=2000,

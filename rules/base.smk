@@ -7,17 +7,17 @@ if SHARED_RESULTS:
     rule share_base:
         localrule: True
         input:
-            table=f"{SHARED_RESULTS}/base/eval.parquet",
-            metrics=f"{SHARED_RESULTS}/base/metrics/eval.json",
-            eval_grid=f"{SHARED_RESULTS}/base/eval_grid.png",
+            table=f"{SHARED_RUN.base}/{layout.EVAL_TABLE}",
+            metrics=metrics_file("eval", SHARED_RUN.base),
+            eval_grid=f"{SHARED_RUN.base}/{layout.EVAL_GRID}",
         output:
-            table=f"{RESULTS}/base/eval.parquet",
-            metrics=f"{RESULTS}/base/metrics/eval.json",
-            eval_grid=f"{RESULTS}/base/eval_grid.png",
+            table=f"{BASE_DIR}/{layout.EVAL_TABLE}",
+            metrics=metrics_file("eval", BASE_DIR),
+            eval_grid=f"{BASE_DIR}/{layout.EVAL_GRID}",
         log:
-            f"{RESULTS}/logs/base/share_base.log",
+            RUN.log(layout.BASE, "share_base"),
         benchmark:
-            f"{RESULTS}/benchmarks/base/share_base.tsv"
+            RUN.benchmark(layout.BASE, "share_base")
         threads: 1
         resources:
             mem_mb=1000,
@@ -31,17 +31,15 @@ if SHARED_RESULTS:
     rule share_base_at_guidance:
         localrule: True
         input:
-            table=f"{SHARED_RESULTS}/base/{{guidance_eval}}.parquet",
-            metrics=f"{SHARED_RESULTS}/base/metrics/{{guidance_eval}}.json",
+            table=f"{SHARED_RUN.base}/{{guidance_eval}}.parquet",
+            metrics=metrics_file("{guidance_eval}", SHARED_RUN.base),
         output:
-            table=f"{RESULTS}/base/{{guidance_eval}}.parquet",
-            metrics=f"{RESULTS}/base/metrics/{{guidance_eval}}.json",
-        wildcard_constraints:
-            guidance_eval=r"eval_cfg[0-9.]+",
+            table=f"{BASE_DIR}/{{guidance_eval}}.parquet",
+            metrics=metrics_file("{guidance_eval}", BASE_DIR),
         log:
-            f"{RESULTS}/logs/base/share_base_{{guidance_eval}}.log",
+            RUN.log(layout.BASE, "share_base_{guidance_eval}"),
         benchmark:
-            f"{RESULTS}/benchmarks/base/share_base_{{guidance_eval}}.tsv"
+            RUN.benchmark(layout.BASE, "share_base_{guidance_eval}")
         threads: 1
         resources:
             mem_mb=1000,
@@ -58,16 +56,16 @@ else:
             model=BASE_MODEL_INPUT,
             prompts=config["prompts"]["eval"],
         output:
-            table=f"{RESULTS}/base/eval.parquet",
-            metrics=f"{RESULTS}/base/metrics/eval.json",
+            table=f"{BASE_DIR}/{layout.EVAL_TABLE}",
+            metrics=metrics_file("eval", BASE_DIR),
         params:
             cfg=EVAL_CFG,
             iteration=None,
             lora_dir=None,
         log:
-            f"{RESULTS}/logs/base/eval.log",
+            RUN.log(layout.BASE, "eval"),
         benchmark:
-            f"{RESULTS}/benchmarks/base/eval.tsv"
+            RUN.benchmark(layout.BASE, "eval")
         threads: config["resources"]["threads"]
         resources:
             **job_resources(),
@@ -83,19 +81,17 @@ else:
                 model=BASE_MODEL_INPUT,
                 prompts=config["prompts"]["eval"],
             output:
-                table=f"{RESULTS}/base/{{guidance_eval}}.parquet",
-                metrics=f"{RESULTS}/base/metrics/{{guidance_eval}}.json",
-            wildcard_constraints:
-                guidance_eval="|".join(GUIDANCE_EVAL_CFG).replace(".", r"\."),
+                table=f"{BASE_DIR}/{{guidance_eval}}.parquet",
+                metrics=metrics_file("{guidance_eval}", BASE_DIR),
             params:
                 cfg=guidance_eval_cfg,
                 iteration=None,
                 lora_dir=None,
                 name="{guidance_eval}",
             log:
-                f"{RESULTS}/logs/base/{{guidance_eval}}.log",
+                RUN.log(layout.BASE, "{guidance_eval}"),
             benchmark:
-                f"{RESULTS}/benchmarks/base/{{guidance_eval}}.tsv"
+                RUN.benchmark(layout.BASE, "{guidance_eval}")
             threads: config["resources"]["threads"]
             resources:
                 **job_resources(),
@@ -111,20 +107,20 @@ if not SHARED_RESULTS:
     rule grid_base:
         localrule: True
         input:
-            eval=f"{RESULTS}/base/eval.parquet",
+            eval=f"{BASE_DIR}/{layout.EVAL_TABLE}",
         output:
             eval_grid=report(
-                f"{RESULTS}/base/eval_grid.png",
+                f"{BASE_DIR}/{layout.EVAL_GRID}",
                 caption="../report/eval_grid.rst",
                 category="base model",
-                labels={"iteration": "base", "images": "eval"},
+                labels={"iteration": layout.BASE, "images": "eval"},
             ),
         params:
             label="base model",
         log:
-            f"{RESULTS}/logs/base/grids.log",
+            RUN.log(layout.BASE, "grids"),
         benchmark:
-            f"{RESULTS}/benchmarks/base/grids.tsv"
+            RUN.benchmark(layout.BASE, "grids")
         threads: 1
         resources:
             mem_mb=2000,

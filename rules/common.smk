@@ -5,7 +5,8 @@ import inspect
 from pathlib import Path
 from types import SimpleNamespace
 
-from rewardloop.config import eval_config, guidance_evals, stage_config
+from rewardloop import results_layout as layout
+from rewardloop.config import eval_config, stage_config
 from rewardloop.experiments import RUN_KEY as FANOUT_RUN_KEY
 from rewardloop.objectives import get_objective
 from rewardloop.runtime import resources as job_gpus
@@ -13,33 +14,49 @@ from rewardloop.models.loading import LORA_WEIGHTS, checkpoint_file, trained_fil
 
 
 wildcard_constraints:
-    it=r"\d{3}",
+    it=layout.ITERATION_REGEX,
     shard=r"\d{2}",
 
 
 # A run of an experiments fan-out (rules/experiments.smk) writes under results/<experiment>/seed_<s>/
 # and takes the base model's eval from the fan-out's shared results/base/; a single run writes results/.
 FANOUT_RUN = config.get(FANOUT_RUN_KEY) or {}
-RESULTS = FANOUT_RUN.get("dir", "results")
+RUN = layout.RunLayout(FANOUT_RUN.get("dir", "results"))  # every path of the run folder (src/rewardloop/results_layout.py)
+RESULTS = RUN.root
 SHARED_RESULTS = FANOUT_RUN.get("shared")  # the fan-out's results/, which holds base/ and the model build's log
+SHARED_RUN = layout.RunLayout(SHARED_RESULTS) if SHARED_RESULTS else None
+# The folders as patterns of the {it} wildcard (a plain string is cheaper to plan than a function).
+ITER_NAME = layout.iteration_name("{it}")
+ITER = RUN.iteration("{it}")
+BASE_DIR = RUN.base
 # What a train job writes and what marks an exported model(it): the LoRA file, or (train.adapter
 # none) the full UNet and a full diffusers folder's model_index.json.
 TRAINED_FILE = trained_file(config["train"]["adapter"])
 CHECKPOINT_FILE = checkpoint_file(config["train"]["adapter"])
-OFFLINE_DIR = f"{RESULTS}/offline"
+OFFLINE_DIR = RUN.offline_dir
 EVAL_CFG = eval_config(config)  # what an eval job reads: the same for the base model and every iteration
-# eval.also_at_guidance: {name: what its eval jobs read}, e.g. {"eval_cfg1": ...} (rule eval_at_guidance).
-GUIDANCE_EVAL_CFG = {name: eval_config(config, scale) for name, scale in guidance_evals(config).items()}
-GUIDANCE_EVAL_FILES = [f"{name}.parquet" for name in GUIDANCE_EVAL_CFG] + [
-    f"metrics/{name}.json" for name in GUIDANCE_EVAL_CFG]
+# eval.also_at_guidance: each scale's eval (rule eval_at_guidance), and {name: what its eval jobs read}.
+GUIDANCE_EVALS = layout.guidance_evals(config["eval"].get("also_at_guidance"))
+GUIDANCE_EVAL_CFG = {evaluation.name: eval_config(config, evaluation.scale) for evaluation in GUIDANCE_EVALS}
+GUIDANCE_EVAL_FILES = [evaluation.table for evaluation in GUIDANCE_EVALS] + [
+    evaluation.metrics for evaluation in GUIDANCE_EVALS]
+
+
+wildcard_constraints:
+    guidance_eval=layout.guidance_wildcard_regex(GUIDANCE_EVALS),
 
 
 def iter_dir(it):
-    return f"{RESULTS}/iter_{int(it):03d}"
+    return RUN.iteration(it)
 
 
 def checkpoint_dir(it):
-    return f"{iter_dir(it)}/checkpoint"
+    return f"{iter_dir(it)}/{layout.CHECKPOINT_DIR}"
+
+
+def metrics_file(stage, folder=ITER):
+    """metrics/<stage>.json of a folder (by default the {it} pattern's iteration folder)."""
+    return f"{folder}/{layout.metrics_name(stage)}"
 
 
 # The objective (src/rewardloop/objectives/) decides the DAG's shape: its training signal (preference
@@ -53,22 +70,23 @@ EXTRA_ADAPTERS = OBJECTIVE.extra_adapters
 TRAIN_SECTIONS = ("seed", "model", "train", "data", "device") + (("advantages",) if SIGNAL == "advantages" else ())
 
 ITERATION_ARTIFACTS = (
-    "samples.parquet",
-    "scores.parquet",
-    f"{SIGNAL}.parquet",
-    f"train/{TRAINED_FILE}",
-    f"checkpoint/{CHECKPOINT_FILE}",
-    "eval.parquet",
+    layout.SAMPLES,
+    layout.SCORES,
+    layout.signal_table(SIGNAL),
+    f"{layout.TRAIN_DIR}/{TRAINED_FILE}",
+    f"{layout.CHECKPOINT_DIR}/{CHECKPOINT_FILE}",
+    layout.EVAL_TABLE,
 )
 
 
-STAGES = ("generate", "score", SIGNAL, "train", "export", "eval")
+STAGES = layout.iteration_stages(SIGNAL)
 # The stages' other outputs: targets too, so that deleting one of them redoes its stage (Snakemake
 # otherwise remakes a missing file only when a job that reads it has to run anyway).
-ITERATION_RECORDS = ("latents.safetensors", *(f"metrics/{stage}.json" for stage in STAGES),
-                     *(f"{folder}/{name}/{LORA_WEIGHTS}" for folder in ("train", "checkpoint") for name in EXTRA_ADAPTERS))
-REPORT_DIR = f"{RESULTS}/report"
-TRACKING_RUN = f"{RESULTS}/tracking/run.json"
+ITERATION_RECORDS = (layout.LATENTS, *(layout.metrics_name(stage) for stage in STAGES),
+                     *(f"{folder}/{name}/{LORA_WEIGHTS}" for folder in (layout.TRAIN_DIR, layout.CHECKPOINT_DIR)
+                       for name in EXTRA_ADAPTERS))
+REPORT_DIR = RUN.report_dir
+TRACKING_RUN = RUN.tracking_run
 
 
 def all_targets():
@@ -78,15 +96,16 @@ def all_targets():
     Plus the report's figures and config, (with tracking.enabled) the MLflow tracking markers, and the
     monitors' files (health, gold rescores, guard verdicts).
     """
-    targets = [f"{RESULTS}/base/{name}" for name in ("eval.parquet", "metrics/eval.json", *GUIDANCE_EVAL_FILES)]
+    base_files = (layout.EVAL_TABLE, layout.metrics_name(layout.EVAL_STAGE), *GUIDANCE_EVAL_FILES)
+    targets = [f"{BASE_DIR}/{name}" for name in base_files]
     for it in range(config["iterations"]):
         targets += [f"{iter_dir(it)}/{name}" for name in ITERATION_ARTIFACTS + ITERATION_RECORDS]
         targets += [f"{iter_dir(it)}/{name}" for name in GUIDANCE_EVAL_FILES]
-    targets += [f"{REPORT_DIR}/curves.png", f"{REPORT_DIR}/config.yaml", f"{RESULTS}/base/eval_grid.png"]
-    targets += [f"{iter_dir(it)}/{name}" for it in range(config["iterations"]) for name in ("grid.png", "eval_grid.png")]
+    targets += [RUN.report("curves.png"), RUN.report("config.yaml"), f"{BASE_DIR}/{layout.EVAL_GRID}"]
+    targets += [f"{iter_dir(it)}/{name}" for it in range(config["iterations"]) for name in (layout.GRID, layout.EVAL_GRID)]
     if config["tracking"]["enabled"]:
-        targets += [TRACKING_RUN, f"{RESULTS}/base/tracking.json"]
-        targets += [f"{iter_dir(it)}/tracking.json" for it in range(config["iterations"])]
+        targets += [TRACKING_RUN, f"{BASE_DIR}/{layout.TRACKING_MARKER}"]
+        targets += [f"{iter_dir(it)}/{layout.TRACKING_MARKER}" for it in range(config["iterations"])]
     return targets + monitor_targets()  # rules/monitors.smk
 
 
@@ -180,8 +199,8 @@ def job_resources(extra_mem_mb=0, gpu=None):
 # preflight.enabled null: on for the objectives that declare checks (objectives/alignment.py).
 PREFLIGHT_ENABLED = (bool(OBJECTIVE.preflight_checks) if config["preflight"]["enabled"] is None
                      else config["preflight"]["enabled"])
-PREFLIGHT_FIGURES = f"{iter_dir(0)}/preflight_figures.json"
-PREFLIGHT_REPORT = f"{iter_dir(0)}/preflight.json"
+PREFLIGHT_FIGURES = f"{iter_dir(0)}/{layout.PREFLIGHT_FIGURES}"
+PREFLIGHT_REPORT = f"{iter_dir(0)}/{layout.PREFLIGHT_REPORT}"
 
 
 ITERATION_0 = SimpleNamespace(it="000")  # the wildcards iteration 0's input functions read
@@ -209,13 +228,13 @@ def preflight_input(wildcards):
 # What train learns from (pairs.parquet or advantages.parquet, by train.loss) and its in-stage state,
 # as patterns of the {it} wildcard. (A folder param that is a prefix of the job's files stays a function:
 # as a plain string, `snakemake --lint` asks for one.)
-TRAIN_SIGNAL = f"{RESULTS}/iter_{{it}}/{SIGNAL}.parquet"
-TRAIN_STATE_DIR = f"{RESULTS}/iter_{{it}}/train/state"
+TRAIN_SIGNAL = f"{ITER}/{layout.signal_table(SIGNAL)}"
+TRAIN_STATE_DIR = f"{ITER}/{layout.TRAIN_STATE_DIR}"
 
 
 @job_function
 def train_dir(wildcards):
-    return f"{iter_dir(wildcards.it)}/train"
+    return f"{iter_dir(wildcards.it)}/{layout.TRAIN_DIR}"
 
 
 @job_function
@@ -232,17 +251,17 @@ def iteration_of(wildcards):
 def iteration_metrics(wildcards):
     """metrics/<stage>.json of every stage of the iteration, and of its evals at further guidance
     scales (what track_iteration logs)."""
-    return [f"{iter_dir(wildcards.it)}/metrics/{stage}.json" for stage in (*STAGES, *GUIDANCE_EVAL_CFG)]
+    return [metrics_file(stage, iter_dir(wildcards.it)) for stage in (*STAGES, *GUIDANCE_EVAL_CFG)]
 
 
 @job_function
 def iteration_benchmarks(wildcards):
     """{stage: benchmark TSV} of the iteration; read when present, not inputs (Snakemake writes them)."""
-    return {stage: f"{RESULTS}/benchmarks/iter_{wildcards.it}/{stage}.tsv" for stage in STAGES}
+    return {stage: RUN.benchmark(layout.iteration_name(wildcards.it), stage) for stage in STAGES}
 
 
 def base_benchmark(wildcards):
-    return f"{SHARED_RESULTS or RESULTS}/benchmarks/base/eval.tsv"
+    return (SHARED_RUN or RUN).benchmark(layout.BASE, layout.EVAL_STAGE)
 
 
 @job_function
@@ -254,14 +273,14 @@ def all_iterations_metrics(stage):
     """An input function: metrics/<stage>.json of every configured iteration, in order."""
 
     def inputs(wildcards):
-        return [f"{iter_dir(it)}/metrics/{stage}.json" for it in range(config["iterations"])]
+        return [metrics_file(stage, iter_dir(it)) for it in range(config["iterations"])]
 
     return inputs
 
 
 def shard_outputs(stage, name):
     """``name`` of every shard of ``stage`` (generate.shards / score.shards), in order, as {it} patterns."""
-    return [f"{RESULTS}/iter_{{it}}/shards/{stage}_{k:02d}/{name}" for k in range(config[stage]["shards"])]
+    return [f"{ITER}/{layout.shard_name(stage, k)}/{name}" for k in range(config[stage]["shards"])]
 
 
 @job_function
@@ -278,21 +297,23 @@ GUARD = config["guard"]
 
 @job_function
 def folder_iteration(wildcards):
-    return -1 if wildcards.folder == "base" else int(wildcards.folder[len("iter_"):])
+    return layout.folder_iteration(wildcards.folder)
 
 
 @job_function
 def folder_images(wildcards):
     """{source: table} of a folder's images: the eval images, and an iteration's rollouts."""
-    tables = {"eval": f"{RESULTS}/{wildcards.folder}/eval.parquet"}
-    if wildcards.folder != "base":
-        tables = {"rollout": f"{RESULTS}/{wildcards.folder}/samples.parquet", **tables}
+    folder = RUN.folder(wildcards.folder)
+    tables = {"eval": f"{folder}/{layout.EVAL_TABLE}"}
+    if wildcards.folder != layout.BASE:
+        tables = {"rollout": f"{folder}/{layout.SAMPLES}", **tables}
     return tables
 
 
 def rescore_shard_outputs(suffix):
     """A gold reward's rescore shards of a folder (score.shards), in order, as {folder} and {gold} patterns."""
-    return [f"{RESULTS}/{{folder}}/shards/rescore_{k:02d}/{{gold}}.{suffix}" for k in range(config["score"]["shards"])]
+    return [f"{RUN.folder('{folder}')}/{layout.shard_name('rescore', k)}/{{gold}}.{suffix}"
+            for k in range(config["score"]["shards"])]
 
 
 @job_function
@@ -312,22 +333,27 @@ def guidance_eval_cfg(wildcards):
 
 
 def gold_files(folder, suffix="json"):
-    return {name: f"{RESULTS}/{folder}/rescore/{name}.{suffix}" for name in GOLD_REWARDS}
+    """{gold reward: its rescore file} of a folder (a folder name, or the {folder} pattern)."""
+    return {name: f"{RUN.folder(folder)}/{layout.rescore_name(name, suffix)}" for name in GOLD_REWARDS}
+
+
+# The folders the monitors watch: base/, then every iteration's.
+MONITORED_FOLDERS = [layout.folder_name(it) for it in range(layout.BASE_ITERATION, config["iterations"])]
 
 
 def monitor_targets():
     """What rules/common.smk's all_targets() adds: every folder's health, rescores and guard verdicts."""
-    folders = ["base"] + [f"iter_{it:03d}" for it in range(config["iterations"])]
-    targets = [f"{RESULTS}/{folder}/health.parquet" for folder in folders]
+    folders = MONITORED_FOLDERS
+    targets = [f"{RUN.folder(folder)}/{layout.HEALTH}" for folder in folders]
     targets += [path for folder in folders for suffix in ("parquet", "json")
                 for path in gold_files(folder, suffix).values()]
     if GUARD["enabled"]:
-        targets += [f"{RESULTS}/{folder}/guard.json" for folder in folders[1:]]
-    targets.append(f"{REPORT_DIR}/health.png")
+        targets += [f"{RUN.folder(folder)}/{layout.GUARD_VERDICT}" for folder in folders[1:]]
+    targets.append(RUN.report("health.png"))
     if config["tracking"]["enabled"]:
-        targets += [f"{RESULTS}/{folder}/monitors_tracking.json" for folder in folders]
+        targets += [f"{RUN.folder(folder)}/{layout.MONITORS_TRACKING_MARKER}" for folder in folders]
     if config["export"]["best"]:
-        targets.append(f"{RESULTS}/best.json")
+        targets.append(RUN.best_file)
     return targets
 
 
@@ -336,16 +362,16 @@ def previous_guard_input(wildcards):
     """train(it) waits for iteration it-1's guard verdict (guard.enabled); ancient: a rerun of it never
     reruns training."""
     it = int(wildcards.it)
-    return [ancient(f"{iter_dir(it - 1)}/guard.json")] if GUARD["enabled"] and it > 0 else []
+    return [ancient(f"{iter_dir(it - 1)}/{layout.GUARD_VERDICT}")] if GUARD["enabled"] and it > 0 else []
 
 
 @job_function
 def monitors_tracking_inputs(wildcards):
-    folder = wildcards.folder
-    inputs = {"run": TRACKING_RUN, "health": f"{RESULTS}/{folder}/health.parquet",
-              "gold": list(gold_files(folder).values()),
+    folder = RUN.folder(wildcards.folder)
+    inputs = {"run": TRACKING_RUN, "health": f"{folder}/{layout.HEALTH}",
+              "gold": list(gold_files(wildcards.folder).values()),
               # after the folder's own tracking job, which creates the iteration's child run
-              "marker": f"{RESULTS}/{folder}/tracking.json"}
-    if folder != "base" and GUARD["enabled"]:
-        inputs["verdict"] = f"{RESULTS}/{folder}/guard.json"
+              "marker": f"{folder}/{layout.TRACKING_MARKER}"}
+    if wildcards.folder != layout.BASE and GUARD["enabled"]:
+        inputs["verdict"] = f"{folder}/{layout.GUARD_VERDICT}"
     return inputs

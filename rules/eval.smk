@@ -5,18 +5,18 @@ rule eval:
     input:
         model=BASE_MODEL_INPUT,
         prompts=config["prompts"]["eval"],
-        lora=f"{RESULTS}/iter_{{it}}/checkpoint/{CHECKPOINT_FILE}",
+        lora=f"{ITER}/{layout.CHECKPOINT_DIR}/{CHECKPOINT_FILE}",
     output:
-        table=f"{RESULTS}/iter_{{it}}/eval.parquet",
-        metrics=f"{RESULTS}/iter_{{it}}/metrics/eval.json",
+        table=f"{ITER}/{layout.EVAL_TABLE}",
+        metrics=metrics_file("eval"),
     params:
         cfg=EVAL_CFG,
         iteration=iteration_of,
         lora_dir=checkpoint_dir_of,
     log:
-        f"{RESULTS}/logs/iter_{{it}}/eval.log",
+        RUN.log(ITER_NAME, "eval"),
     benchmark:
-        f"{RESULTS}/benchmarks/iter_{{it}}/eval.tsv"
+        RUN.benchmark(ITER_NAME, "eval")
     threads: config["resources"]["threads"]
     resources:
         **job_resources(),
@@ -34,21 +34,19 @@ if GUIDANCE_EVAL_CFG:
         input:
             model=BASE_MODEL_INPUT,
             prompts=config["prompts"]["eval"],
-            lora=f"{RESULTS}/iter_{{it}}/checkpoint/{CHECKPOINT_FILE}",
+            lora=f"{ITER}/{layout.CHECKPOINT_DIR}/{CHECKPOINT_FILE}",
         output:
-            table=f"{RESULTS}/iter_{{it}}/{{guidance_eval}}.parquet",
-            metrics=f"{RESULTS}/iter_{{it}}/metrics/{{guidance_eval}}.json",
-        wildcard_constraints:
-            guidance_eval="|".join(GUIDANCE_EVAL_CFG).replace(".", r"\."),
+            table=f"{ITER}/{{guidance_eval}}.parquet",
+            metrics=metrics_file("{guidance_eval}"),
         params:
             cfg=guidance_eval_cfg,
             iteration=iteration_of,
             lora_dir=checkpoint_dir_of,
             name="{guidance_eval}",
         log:
-            f"{RESULTS}/logs/iter_{{it}}/{{guidance_eval}}.log",
+            RUN.log(ITER_NAME, "{guidance_eval}"),
         benchmark:
-            f"{RESULTS}/benchmarks/iter_{{it}}/{{guidance_eval}}.tsv"
+            RUN.benchmark(ITER_NAME, "{guidance_eval}")
         threads: config["resources"]["threads"]
         resources:
             **job_resources(),

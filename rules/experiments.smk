@@ -34,8 +34,8 @@ for run in RUNS:
 
 
 # What `rewardloop compare` reads of every run (and the shared base eval).
-COMPARISON_INPUTS = [f"{RESULTS}/base/metrics/{name}.json" for name in ("eval", *GUIDANCE_EVAL_CFG)] + [
-    f"{run.folder}/iter_{it:03d}/metrics/{stage}.json" for run in RUNS for it in range(run.config["iterations"])
+COMPARISON_INPUTS = [metrics_file(name, BASE_DIR) for name in ("eval", *GUIDANCE_EVAL_CFG)] + [
+    metrics_file(stage, layout.RunLayout(run.folder).iteration(it)) for run in RUNS for it in range(run.config["iterations"])
     for stage in ("generate", "train", "eval", *GUIDANCE_EVAL_CFG)]
 
 
@@ -54,9 +54,9 @@ rule compare_experiments:
     params:
         runs={name: [run.seed for run in RUNS if run.experiment == name] for name in dict.fromkeys(r.experiment for r in RUNS)},
     log:
-        f"{RESULTS}/logs/report/compare_experiments.log",
+        RUN.log(layout.REPORT, "compare_experiments"),
     benchmark:
-        f"{RESULTS}/benchmarks/report/compare_experiments.tsv"
+        RUN.benchmark(layout.REPORT, "compare_experiments")
     threads: 1
     resources:
         mem_mb=2000,

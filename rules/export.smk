@@ -4,22 +4,22 @@
 rule export:
     localrule: True
     input:
-        lora=f"{RESULTS}/iter_{{it}}/train/{TRAINED_FILE}",
+        lora=f"{ITER}/{layout.TRAIN_DIR}/{TRAINED_FILE}",
         previous=previous_lora_input,
-        **extra_adapter_files(f"{RESULTS}/iter_{{it}}/train"),
+        **extra_adapter_files(f"{ITER}/{layout.TRAIN_DIR}"),
     output:
-        lora=f"{RESULTS}/iter_{{it}}/checkpoint/{CHECKPOINT_FILE}",
-        metrics=f"{RESULTS}/iter_{{it}}/metrics/export.json",
-        **extra_adapter_files(f"{RESULTS}/iter_{{it}}/checkpoint"),
+        lora=f"{ITER}/{layout.CHECKPOINT_DIR}/{CHECKPOINT_FILE}",
+        metrics=metrics_file("export"),
+        **extra_adapter_files(f"{ITER}/{layout.CHECKPOINT_DIR}"),
     params:
         cfg=export_config(),
         trained_dir=train_dir,
         checkpoint_dir=checkpoint_dir_of,
         previous_dir=previous_lora_dir,
     log:
-        f"{RESULTS}/logs/iter_{{it}}/export.log",
+        RUN.log(ITER_NAME, "export"),
     benchmark:
-        f"{RESULTS}/benchmarks/iter_{{it}}/export.tsv"
+        RUN.benchmark(ITER_NAME, "export")
     threads: 1
     resources:
         **job_resources(gpu=0),

@@ -12,17 +12,17 @@ if config["generate"]["shards"] == 1:
         input:
             **GENERATE_INPUT,
         output:
-            samples=f"{RESULTS}/iter_{{it}}/samples.parquet",
-            latents=f"{RESULTS}/iter_{{it}}/latents.safetensors",
-            metrics=f"{RESULTS}/iter_{{it}}/metrics/generate.json",
+            samples=f"{ITER}/{layout.SAMPLES}",
+            latents=f"{ITER}/{layout.LATENTS}",
+            metrics=metrics_file("generate"),
         params:
             cfg=GENERATE_CFG,
             lora_dir=rollout_lora_dir,
             record_sde=RECORD_SDE,
         log:
-            f"{RESULTS}/logs/iter_{{it}}/generate.log",
+            RUN.log(ITER_NAME, "generate"),
         benchmark:
-            f"{RESULTS}/benchmarks/iter_{{it}}/generate.tsv"
+            RUN.benchmark(ITER_NAME, "generate")
         threads: config["resources"]["threads"]
         resources:
             **job_resources(),
@@ -37,9 +37,9 @@ else:
         input:
             **GENERATE_INPUT,
         output:
-            samples=f"{RESULTS}/iter_{{it}}/shards/generate_{{shard}}/samples.parquet",
-            latents=f"{RESULTS}/iter_{{it}}/shards/generate_{{shard}}/latents.safetensors",
-            metrics=f"{RESULTS}/iter_{{it}}/shards/generate_{{shard}}/metrics.json",
+            samples=f"{ITER}/{layout.shard_name('generate', '{shard}')}/{layout.SAMPLES}",
+            latents=f"{ITER}/{layout.shard_name('generate', '{shard}')}/{layout.LATENTS}",
+            metrics=f"{ITER}/{layout.shard_name('generate', '{shard}')}/{layout.SHARD_METRICS}",
         params:
             cfg=GENERATE_CFG,
             lora_dir=rollout_lora_dir,
@@ -47,9 +47,9 @@ else:
             shard=shard_index,
             shards=config["generate"]["shards"],
         log:
-            f"{RESULTS}/logs/iter_{{it}}/generate_{{shard}}.log",
+            RUN.log(ITER_NAME, "generate_{shard}"),
         benchmark:
-            f"{RESULTS}/benchmarks/iter_{{it}}/generate_{{shard}}.tsv"
+            RUN.benchmark(ITER_NAME, "generate_{shard}")
         threads: config["resources"]["threads"]
         resources:
             **job_resources(),
@@ -61,17 +61,17 @@ else:
     rule generate:
         localrule: True
         input:
-            samples=shard_outputs("generate", "samples.parquet"),
-            latents=shard_outputs("generate", "latents.safetensors"),
-            metrics=shard_outputs("generate", "metrics.json"),
+            samples=shard_outputs("generate", layout.SAMPLES),
+            latents=shard_outputs("generate", layout.LATENTS),
+            metrics=shard_outputs("generate", layout.SHARD_METRICS),
         output:
-            samples=f"{RESULTS}/iter_{{it}}/samples.parquet",
-            latents=f"{RESULTS}/iter_{{it}}/latents.safetensors",
-            metrics=f"{RESULTS}/iter_{{it}}/metrics/generate.json",
+            samples=f"{ITER}/{layout.SAMPLES}",
+            latents=f"{ITER}/{layout.LATENTS}",
+            metrics=metrics_file("generate"),
         log:
-            f"{RESULTS}/logs/iter_{{it}}/generate.log",
+            RUN.log(ITER_NAME, "generate"),
         benchmark:
-            f"{RESULTS}/benchmarks/iter_{{it}}/generate.tsv"
+            RUN.benchmark(ITER_NAME, "generate")
         threads: 1
         resources:
             mem_mb=config["resources"]["mem_mb"],

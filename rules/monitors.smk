@@ -5,8 +5,11 @@
 # one as ancient(): a guard rerun (a gold reward added, a threshold changed) never reruns training.
 
 wildcard_constraints:
-    folder=r"base|iter_\d{3}",
+    folder=layout.FOLDER_REGEX,
     gold=r"[A-Za-z0-9_]+",
+
+FOLDER = RUN.folder("{folder}")  # base/ or an iteration's folder, as a pattern
+GOLD_TABLE, GOLD_METRICS = (f"{FOLDER}/{layout.rescore_name('{gold}', suffix)}" for suffix in ("parquet", "json"))
 
 
 # With score.shards > 1, rescore_shard jobs each score a run of whole batches of the folder's images
@@ -17,15 +20,15 @@ if config["score"]["shards"] == 1:
         input:
             unpack(folder_images),
         output:
-            table=f"{RESULTS}/{{folder}}/rescore/{{gold}}.parquet",
-            metrics=f"{RESULTS}/{{folder}}/rescore/{{gold}}.json",
+            table=GOLD_TABLE,
+            metrics=GOLD_METRICS,
         params:
             cfg=rescore_config,
             iteration=folder_iteration,
         log:
-            f"{RESULTS}/logs/{{folder}}/rescore_{{gold}}.log",
+            RUN.log("{folder}", "rescore_{gold}"),
         benchmark:
-            f"{RESULTS}/benchmarks/{{folder}}/rescore_{{gold}}.tsv"
+            RUN.benchmark("{folder}", "rescore_{gold}")
         threads: config["resources"]["threads"]
         resources:
             **job_resources(gpu=job_gpus.score_gpus(config)),
@@ -40,17 +43,17 @@ else:
         input:
             unpack(folder_images),
         output:
-            table=f"{RESULTS}/{{folder}}/shards/rescore_{{shard}}/{{gold}}.parquet",
-            metrics=f"{RESULTS}/{{folder}}/shards/rescore_{{shard}}/{{gold}}.json",
+            table=f"{FOLDER}/{layout.shard_name('rescore', '{shard}')}/{{gold}}.parquet",
+            metrics=f"{FOLDER}/{layout.shard_name('rescore', '{shard}')}/{{gold}}.json",
         params:
             cfg=rescore_config,
             iteration=folder_iteration,
             shard=shard_index,
             shards=config["score"]["shards"],
         log:
-            f"{RESULTS}/logs/{{folder}}/rescore_{{gold}}_{{shard}}.log",
+            RUN.log("{folder}", "rescore_{gold}_{shard}"),
         benchmark:
-            f"{RESULTS}/benchmarks/{{folder}}/rescore_{{gold}}_{{shard}}.tsv"
+            RUN.benchmark("{folder}", "rescore_{gold}_{shard}")
         threads: config["resources"]["threads"]
         resources:
             **job_resources(gpu=job_gpus.score_gpus(config)),
@@ -65,14 +68,14 @@ else:
             tables=rescore_shard_outputs("parquet"),
             metrics=rescore_shard_outputs("json"),
         output:
-            table=f"{RESULTS}/{{folder}}/rescore/{{gold}}.parquet",
-            metrics=f"{RESULTS}/{{folder}}/rescore/{{gold}}.json",
+            table=GOLD_TABLE,
+            metrics=GOLD_METRICS,
         params:
             cfg=rescore_config,
         log:
-            f"{RESULTS}/logs/{{folder}}/rescore_{{gold}}.log",
+            RUN.log("{folder}", "rescore_{gold}"),
         benchmark:
-            f"{RESULTS}/benchmarks/{{folder}}/rescore_{{gold}}.tsv"
+            RUN.benchmark("{folder}", "rescore_{gold}")
         threads: 1
         resources:
             mem_mb=config["resources"]["mem_mb"],
@@ -88,13 +91,13 @@ rule health:
     input:
         unpack(folder_images),
     output:
-        health=f"{RESULTS}/{{folder}}/health.parquet",
+        health=f"{FOLDER}/{layout.HEALTH}",
     params:
         iteration=folder_iteration,
     log:
-        f"{RESULTS}/logs/{{folder}}/health.log",
+        RUN.log("{folder}", "health"),
     benchmark:
-        f"{RESULTS}/benchmarks/{{folder}}/health.tsv"
+        RUN.benchmark("{folder}", "health")
     threads: 1
     resources:
         mem_mb=2000,
@@ -108,22 +111,22 @@ rule health:
 rule guard:
     localrule: True
     input:
-        base_health=f"{RESULTS}/base/health.parquet",
-        health=f"{RESULTS}/iter_{{it}}/health.parquet",
-        base_eval=f"{RESULTS}/base/metrics/eval.json",
-        eval=f"{RESULTS}/iter_{{it}}/metrics/eval.json",
-        base_gold=list(gold_files("base").values()),
-        gold=[f"{RESULTS}/iter_{{it}}/rescore/{name}.json" for name in GOLD_REWARDS],  # gold_files(iter_{it})
+        base_health=f"{BASE_DIR}/{layout.HEALTH}",
+        health=f"{ITER}/{layout.HEALTH}",
+        base_eval=metrics_file("eval", BASE_DIR),
+        eval=metrics_file("eval"),
+        base_gold=list(gold_files(layout.BASE).values()),
+        gold=list(gold_files(ITER_NAME).values()),
     output:
-        verdict=f"{RESULTS}/iter_{{it}}/guard.json",
+        verdict=f"{ITER}/{layout.GUARD_VERDICT}",
     params:
         cfg=GUARD,
         iteration=iteration_of,
         gold_names=list(GOLD_REWARDS),
     log:
-        f"{RESULTS}/logs/iter_{{it}}/guard.log",
+        RUN.log(ITER_NAME, "guard"),
     benchmark:
-        f"{RESULTS}/benchmarks/iter_{{it}}/guard.tsv"
+        RUN.benchmark(ITER_NAME, "guard")
     threads: 1
     resources:
         mem_mb=1000,
@@ -137,9 +140,9 @@ rule guard:
 rule plot_health:
     localrule: True
     input:
-        health=[f"{RESULTS}/base/health.parquet"]
-        + [f"{iter_dir(it)}/health.parquet" for it in range(config["iterations"])],
-        gold=[path for folder in ["base"] + [f"iter_{it:03d}" for it in range(config["iterations"])]
+        health=[f"{BASE_DIR}/{layout.HEALTH}"]
+        + [f"{iter_dir(it)}/{layout.HEALTH}" for it in range(config["iterations"])],
+        gold=[path for folder in MONITORED_FOLDERS
               for path in gold_files(folder).values()],
         evals=all_iterations_metrics("eval"),
     output:
@@ -152,9 +155,9 @@ rule plot_health:
     params:
         results=lambda wildcards, output: str(Path(output.figure).parents[1]),
     log:
-        f"{RESULTS}/logs/report/plot_health.log",
+        RUN.log(layout.REPORT, "plot_health"),
     benchmark:
-        f"{RESULTS}/benchmarks/report/plot_health.tsv"
+        RUN.benchmark(layout.REPORT, "plot_health")
     threads: 1
     resources:
         mem_mb=2000,
@@ -170,13 +173,13 @@ rule track_monitors:
     input:
         unpack(monitors_tracking_inputs),
     output:
-        marker=f"{RESULTS}/{{folder}}/monitors_tracking.json",
+        marker=f"{FOLDER}/{layout.MONITORS_TRACKING_MARKER}",
     params:
         iteration=folder_iteration,
     log:
-        f"{RESULTS}/logs/{{folder}}/monitors_tracking.log",
+        RUN.log("{folder}", "monitors_tracking"),
     benchmark:
-        f"{RESULTS}/benchmarks/{{folder}}/monitors_tracking.tsv"
+        RUN.benchmark("{folder}", "monitors_tracking")
     threads: 1
     resources:
         mem_mb=2000,
@@ -192,16 +195,16 @@ rule best:
     input:
         evals=all_iterations_metrics("eval"),
         checkpoints=[f"{checkpoint_dir(it)}/{CHECKPOINT_FILE}" for it in range(config["iterations"])],
-        verdicts=[f"{iter_dir(it)}/guard.json" for it in range(config["iterations"])] if GUARD["enabled"] else [],
+        verdicts=[f"{iter_dir(it)}/{layout.GUARD_VERDICT}" for it in range(config["iterations"])] if GUARD["enabled"] else [],
     output:
-        best=f"{RESULTS}/best.json",
+        best=RUN.best_file,
     params:
         results=lambda wildcards, output: str(Path(output.best).parent),
         guard=GUARD["enabled"],
     log:
-        f"{RESULTS}/logs/report/best.log",
+        RUN.log(layout.REPORT, "best"),
     benchmark:
-        f"{RESULTS}/benchmarks/report/best.tsv"
+        RUN.benchmark(layout.REPORT, "best")
     threads: 1
     resources:
         mem_mb=1000,

@@ -4,16 +4,16 @@
 rule pairs:
     localrule: True
     input:
-        scores=f"{RESULTS}/iter_{{it}}/scores.parquet",
+        scores=f"{ITER}/{layout.SCORES}",
     output:
-        pairs=f"{RESULTS}/iter_{{it}}/pairs.parquet",
-        metrics=f"{RESULTS}/iter_{{it}}/metrics/pairs.json",
+        pairs=f"{ITER}/{layout.signal_table('pairs')}",
+        metrics=metrics_file("pairs"),
     params:
         cfg=stage_config(config, "pairs"),
     log:
-        f"{RESULTS}/logs/iter_{{it}}/pairs.log",
+        RUN.log(ITER_NAME, "pairs"),
     benchmark:
-        f"{RESULTS}/benchmarks/iter_{{it}}/pairs.tsv"
+        RUN.benchmark(ITER_NAME, "pairs")
     threads: 1
     resources:
         mem_mb=2000,

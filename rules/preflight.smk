@@ -12,9 +12,9 @@ if PREFLIGHT_ENABLED:
             model=BASE_MODEL_INPUT,
             lora=_at_iteration_0(previous_lora_input),
             rollout_lora=_at_iteration_0(rollout_lora_input),
-            samples=f"{iter_dir(0)}/samples.parquet",
-            signal=f"{iter_dir(0)}/{SIGNAL}.parquet",
-            latents=f"{iter_dir(0)}/latents.safetensors",
+            samples=f"{iter_dir(0)}/{layout.SAMPLES}",
+            signal=f"{iter_dir(0)}/{layout.signal_table(SIGNAL)}",
+            latents=f"{iter_dir(0)}/{layout.LATENTS}",
         output:
             figures=PREFLIGHT_FIGURES,
         params:
@@ -22,9 +22,9 @@ if PREFLIGHT_ENABLED:
             lora_dir=_at_iteration_0(previous_lora_dir),
             rollout_lora_dir=_at_iteration_0(rollout_lora_dir),
         log:
-            f"{RESULTS}/logs/iter_000/preflight.log",
+            RUN.log(layout.iteration_name(0), "preflight"),
         benchmark:
-            f"{RESULTS}/benchmarks/iter_000/preflight.tsv"
+            RUN.benchmark(layout.iteration_name(0), "preflight")
         threads: config["resources"]["threads"]
         resources:
             **job_resources(),
@@ -42,9 +42,9 @@ if PREFLIGHT_ENABLED:
         params:
             tolerances=config["preflight"],
         log:
-            f"{RESULTS}/logs/iter_000/preflight_gate.log",
+            RUN.log(layout.iteration_name(0), "preflight_gate"),
         benchmark:
-            f"{RESULTS}/benchmarks/iter_000/preflight_gate.tsv"
+            RUN.benchmark(layout.iteration_name(0), "preflight_gate")
         threads: 1
         resources:
             mem_mb=config["resources"]["mem_mb"],

@@ -5,19 +5,19 @@
 rule grids:
     localrule: True
     input:
-        samples=f"{RESULTS}/iter_{{it}}/samples.parquet",
-        scores=f"{RESULTS}/iter_{{it}}/scores.parquet",
-        eval=f"{RESULTS}/iter_{{it}}/eval.parquet",
+        samples=f"{ITER}/{layout.SAMPLES}",
+        scores=f"{ITER}/{layout.SCORES}",
+        eval=f"{ITER}/{layout.EVAL_TABLE}",
     output:
         grid=report(
-            f"{RESULTS}/iter_{{it}}/grid.png",
+            f"{ITER}/{layout.GRID}",
             caption="../report/grid.rst",
             category="iteration {it}",
             subcategory="images",
             labels={"iteration": "{it}", "images": "rollouts"},
         ),
         eval_grid=report(
-            f"{RESULTS}/iter_{{it}}/eval_grid.png",
+            f"{ITER}/{layout.EVAL_GRID}",
             caption="../report/eval_grid.rst",
             category="iteration {it}",
             subcategory="images",
@@ -26,9 +26,9 @@ rule grids:
     params:
         label=iteration_label,
     log:
-        f"{RESULTS}/logs/iter_{{it}}/grids.log",
+        RUN.log(ITER_NAME, "grids"),
     benchmark:
-        f"{RESULTS}/benchmarks/iter_{{it}}/grids.tsv"
+        RUN.benchmark(ITER_NAME, "grids")
     threads: 1
     resources:
         mem_mb=2000,
@@ -42,7 +42,7 @@ rule grids:
 rule plot_curves:
     localrule: True
     input:
-        base_eval=f"{RESULTS}/base/metrics/eval.json",
+        base_eval=metrics_file("eval", BASE_DIR),
         scores=all_iterations_metrics("score"),
         evals=all_iterations_metrics("eval"),
         trains=all_iterations_metrics("train"),
@@ -56,9 +56,9 @@ rule plot_curves:
     params:
         steps_per_iteration=config["train"]["steps"],
     log:
-        f"{RESULTS}/logs/report/plot_curves.log",
+        RUN.log(layout.REPORT, "plot_curves"),
     benchmark:
-        f"{RESULTS}/benchmarks/report/plot_curves.tsv"
+        RUN.benchmark(layout.REPORT, "plot_curves")
     threads: 1
     resources:
         mem_mb=2000,
@@ -81,9 +81,9 @@ rule report_config:
     params:
         cfg=config,
     log:
-        f"{RESULTS}/logs/report/config.log",
+        RUN.log(layout.REPORT, "config"),
     benchmark:
-        f"{RESULTS}/benchmarks/report/config.tsv"
+        RUN.benchmark(layout.REPORT, "config")
     threads: 1
     resources:
         mem_mb=1000,

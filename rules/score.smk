@@ -8,16 +8,16 @@ if config["score"]["shards"] == 1:
 
     rule score:
         input:
-            samples=f"{RESULTS}/iter_{{it}}/samples.parquet",
+            samples=f"{ITER}/{layout.SAMPLES}",
         output:
-            scores=f"{RESULTS}/iter_{{it}}/scores.parquet",
-            metrics=f"{RESULTS}/iter_{{it}}/metrics/score.json",
+            scores=f"{ITER}/{layout.SCORES}",
+            metrics=metrics_file("score"),
         params:
             cfg=SCORE_CFG,
         log:
-            f"{RESULTS}/logs/iter_{{it}}/score.log",
+            RUN.log(ITER_NAME, "score"),
         benchmark:
-            f"{RESULTS}/benchmarks/iter_{{it}}/score.tsv"
+            RUN.benchmark(ITER_NAME, "score")
         threads: config["resources"]["threads"]
         resources:
             **job_resources(gpu=job_gpus.score_gpus(config)),
@@ -30,18 +30,18 @@ else:
 
     rule score_shard:
         input:
-            samples=f"{RESULTS}/iter_{{it}}/samples.parquet",
+            samples=f"{ITER}/{layout.SAMPLES}",
         output:
-            scores=f"{RESULTS}/iter_{{it}}/shards/score_{{shard}}/scores.parquet",
-            metrics=f"{RESULTS}/iter_{{it}}/shards/score_{{shard}}/metrics.json",
+            scores=f"{ITER}/{layout.shard_name('score', '{shard}')}/{layout.SCORES}",
+            metrics=f"{ITER}/{layout.shard_name('score', '{shard}')}/{layout.SHARD_METRICS}",
         params:
             cfg=SCORE_CFG,
             shard=shard_index,
             shards=config["score"]["shards"],
         log:
-            f"{RESULTS}/logs/iter_{{it}}/score_{{shard}}.log",
+            RUN.log(ITER_NAME, "score_{shard}"),
         benchmark:
-            f"{RESULTS}/benchmarks/iter_{{it}}/score_{{shard}}.tsv"
+            RUN.benchmark(ITER_NAME, "score_{shard}")
         threads: config["resources"]["threads"]
         resources:
             **job_resources(gpu=job_gpus.score_gpus(config)),
@@ -53,15 +53,15 @@ else:
     rule score:
         localrule: True
         input:
-            scores=shard_outputs("score", "scores.parquet"),
-            metrics=shard_outputs("score", "metrics.json"),
+            scores=shard_outputs("score", layout.SCORES),
+            metrics=shard_outputs("score", layout.SHARD_METRICS),
         output:
-            scores=f"{RESULTS}/iter_{{it}}/scores.parquet",
-            metrics=f"{RESULTS}/iter_{{it}}/metrics/score.json",
+            scores=f"{ITER}/{layout.SCORES}",
+            metrics=metrics_file("score"),
         log:
-            f"{RESULTS}/logs/iter_{{it}}/score.log",
+            RUN.log(ITER_NAME, "score"),
         benchmark:
-            f"{RESULTS}/benchmarks/iter_{{it}}/score.tsv"
+            RUN.benchmark(ITER_NAME, "score")
         threads: 1
         resources:
             mem_mb=config["resources"]["mem_mb"],

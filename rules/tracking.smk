@@ -25,9 +25,9 @@ rule tracking_run:
     params:
         results=SHARED_RESULTS or RESULTS,  # the folder whose run lock dates the workflow run's start
     log:
-        f"{RESULTS}/logs/tracking/run.log",
+        RUN.log("tracking", "run"),
     benchmark:
-        f"{RESULTS}/benchmarks/tracking/run.tsv"
+        RUN.benchmark("tracking", "run")
     threads: 1
     resources:
         mem_mb=2000,
@@ -43,21 +43,21 @@ rule track_iteration:
     input:
         run=TRACKING_RUN,
         metrics=iteration_metrics,
-        samples=f"{RESULTS}/iter_{{it}}/samples.parquet",
-        scores=f"{RESULTS}/iter_{{it}}/scores.parquet",
-        eval=f"{RESULTS}/iter_{{it}}/eval.parquet",
-        grid=f"{RESULTS}/iter_{{it}}/grid.png",
-        eval_grid=f"{RESULTS}/iter_{{it}}/eval_grid.png",
+        samples=f"{ITER}/{layout.SAMPLES}",
+        scores=f"{ITER}/{layout.SCORES}",
+        eval=f"{ITER}/{layout.EVAL_TABLE}",
+        grid=f"{ITER}/{layout.GRID}",
+        eval_grid=f"{ITER}/{layout.EVAL_GRID}",
     output:
-        marker=f"{RESULTS}/iter_{{it}}/tracking.json",
+        marker=f"{ITER}/{layout.TRACKING_MARKER}",
     params:
         iteration=iteration_of,
         steps_per_iteration=None,  # the global step's stride: the optimizer steps metrics/train.json says were taken
         benchmarks=iteration_benchmarks,
     log:
-        f"{RESULTS}/logs/iter_{{it}}/tracking.log",
+        RUN.log(ITER_NAME, "tracking"),
     benchmark:
-        f"{RESULTS}/benchmarks/iter_{{it}}/tracking.tsv"
+        RUN.benchmark(ITER_NAME, "tracking")
     threads: 1
     resources:
         mem_mb=2000,
@@ -72,18 +72,18 @@ rule track_base:
     localrule: True
     input:
         run=TRACKING_RUN,
-        metrics=f"{RESULTS}/base/metrics/eval.json",
-        guidance_metrics=[f"{RESULTS}/base/metrics/{name}.json" for name in GUIDANCE_EVAL_CFG],
-        eval=f"{RESULTS}/base/eval.parquet",
-        grid=f"{RESULTS}/base/eval_grid.png",
+        metrics=metrics_file("eval", BASE_DIR),
+        guidance_metrics=[metrics_file(name, BASE_DIR) for name in GUIDANCE_EVAL_CFG],
+        eval=f"{BASE_DIR}/{layout.EVAL_TABLE}",
+        grid=f"{BASE_DIR}/{layout.EVAL_GRID}",
     output:
-        marker=f"{RESULTS}/base/tracking.json",
+        marker=f"{BASE_DIR}/{layout.TRACKING_MARKER}",
     params:
         benchmark=base_benchmark,
     log:
-        f"{RESULTS}/logs/base/tracking.log",
+        RUN.log(layout.BASE, "tracking"),
     benchmark:
-        f"{RESULTS}/benchmarks/base/tracking.tsv"
+        RUN.benchmark(layout.BASE, "tracking")
     threads: 1
     resources:
         mem_mb=2000,

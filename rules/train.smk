@@ -9,14 +9,14 @@ rule train:
         lora=previous_lora_input,
         extra=previous_extra_adapters_input,
         signal=TRAIN_SIGNAL,
-        latents=f"{RESULTS}/iter_{{it}}/latents.safetensors",
+        latents=f"{ITER}/{layout.LATENTS}",
         offline=OFFLINE_PAIRS_INPUT,
         preflight=preflight_input,
         guard=previous_guard_input,
     output:
-        lora=f"{RESULTS}/iter_{{it}}/train/{TRAINED_FILE}",
-        metrics=f"{RESULTS}/iter_{{it}}/metrics/train.json",
-        **extra_adapter_files(f"{RESULTS}/iter_{{it}}/train"),
+        lora=f"{ITER}/{layout.TRAIN_DIR}/{TRAINED_FILE}",
+        metrics=metrics_file("train"),
+        **extra_adapter_files(f"{ITER}/{layout.TRAIN_DIR}"),
     params:
         cfg=stage_config(config, *TRAIN_SECTIONS),
         lora_dir=previous_lora_dir,
@@ -25,9 +25,9 @@ rule train:
         offline_pairs=OFFLINE_PAIRS_FILE,
         offline_latents=OFFLINE_LATENTS_FILE,
     log:
-        f"{RESULTS}/logs/iter_{{it}}/train.log",
+        RUN.log(ITER_NAME, "train"),
     benchmark:
-        f"{RESULTS}/benchmarks/iter_{{it}}/train.tsv"
+        RUN.benchmark(ITER_NAME, "train")
     threads: config["resources"]["threads"]
     resources:
         **job_resources(gpu=job_gpus.train_gpus(config)),

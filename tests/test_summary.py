@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from rewardloop import summary
+from rewardloop import results_layout, summary
 from workflow_helpers import snakemake, tiny_overlay, write_overlay
 
 BIN = Path(sys.executable).parent
@@ -44,7 +44,7 @@ def test_summary_rows_of_a_real_run(results):
     assert it0["reward_mean"] == score["rollout/reward/raw_mean"] and it0["reward_std"] == score["rollout/reward/raw_std"]
     assert it0["final_loss"] == train["history"][-1]["train/loss"]
     assert it0["pairs"] == json.loads((results / "iter_000/metrics/pairs.json").read_text())["pairs/count"]
-    path = summary.training_path("pairs")  # DPO's
+    path = results_layout.training_path("pairs")  # DPO's
     assert all(it0[f"{s}_s"] is not None and it0[f"{s}_s"] >= 0 for s in (*path, "eval"))
     assert it0["advantages_s"] is None and it0["total_s"] == pytest.approx(sum(it0[f"{s}_s"] for s in path))
 
@@ -134,6 +134,6 @@ def test_every_objectives_training_path_is_among_the_summary_stages():
     from rewardloop.objectives import OBJECTIVES
 
     for name, objective in OBJECTIVES.items():
-        path = summary.training_path(objective.signal)
-        assert set(path) <= set(summary.on_training_paths()) and "eval" not in path, name
+        path = results_layout.training_path(objective.signal)
+        assert set(path) <= set(summary.stages()) and "eval" not in path, name
     assert summary.stages() == ("generate", "score", "advantages", "pairs", "train", "export", "eval")

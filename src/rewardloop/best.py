@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from rewardloop.artifacts import json_or_empty, write_json
+from rewardloop import results_layout as layout
 from rewardloop.monitors.history import folders, guard_status
 
 DEFAULT_METRIC = "eval/reward/mean"
@@ -19,10 +20,10 @@ DEFAULT_METRIC = "eval/reward/mean"
 
 def metric_file(folder: Path, metric: str) -> Path:
     if metric == DEFAULT_METRIC:
-        return folder / "metrics/eval.json"
+        return folder / layout.metrics_name(layout.EVAL_STAGE)
     parts = metric.split("/")
     if len(parts) == 3 and parts[0] == "gold" and parts[2] == "mean" and parts[1]:
-        return folder / "rescore" / f"{parts[1]}.json"
+        return folder / layout.rescore_name(parts[1])
     raise ValueError(f"--by {metric!r}: expected {DEFAULT_METRIC} or gold/<name>/mean")
 
 
@@ -33,7 +34,7 @@ def choose(results, metric: str = DEFAULT_METRIC, guard: bool = False) -> dict:
         raise FileNotFoundError(f"{results}: not a folder")
     candidates, excluded = {}, {}
     for iteration, folder in folders(results):
-        if iteration < 0 or not (folder / "checkpoint").is_dir():
+        if iteration < 0 or not (folder / layout.CHECKPOINT_DIR).is_dir():
             continue
         value = json_or_empty(metric_file(folder, metric)).get(metric)
         if value is None:
@@ -50,7 +51,7 @@ def choose(results, metric: str = DEFAULT_METRIC, guard: bool = False) -> dict:
         raise ValueError(f"{results}: no exported iteration has {metric}")
     best = max(candidates, key=lambda it: (candidates[it], -it))  # ties: the earlier iteration
     return {"iteration": best, "metric": metric, "value": candidates[best],
-            "lora_dir": str(results / f"iter_{best:03d}" / "checkpoint"),
+            "lora_dir": str(Path(layout.RunLayout(results).iteration(best)) / layout.CHECKPOINT_DIR),
             "candidates": {str(k): v for k, v in candidates.items()},
             "excluded": {str(k): v for k, v in excluded.items()}}
 

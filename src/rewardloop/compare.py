@@ -23,15 +23,13 @@ from pathlib import Path
 from statistics import mean, stdev
 from typing import Iterable, Mapping
 
+from rewardloop import results_layout as layout
 from rewardloop.artifacts import benchmark_seconds, json_or_empty
 from rewardloop.text_tables import add_table_command, aligned, csv_text
 
 COLUMNS = ["experiment", "iteration", "seeds", "eval_mean", "eval_ci95", "eval_gain", "eval_min", "eval_max",
            "rollouts", "train_s", "wall_s"]
 GUIDANCE_STATISTICS = ("mean", "ci95", "gain")  # the columns of each further eval (eval.also_at_guidance)
-# Job benchmarks of an iteration that are not on its training path, or watch it rather than make it
-# (the monitors of rules/monitors.smk and the preflight gate): an objective's cost leaves them out.
-OFF_PATH_JOBS = ("eval", "grids", "tracking", "health", "guard", "rescore_", "monitors_tracking", "preflight")
 
 
 def ci95(values: list[float]) -> float | None:
@@ -62,10 +60,12 @@ def find_runs(results, only: Mapping[str, Iterable[int]] | None = None) -> dict[
 
 
 def _job_seconds(folder: Path, it: int) -> tuple[float, float]:
-    """(train seconds, training-path seconds) of iteration ``it`` of a run, from its job benchmarks."""
+    """(train seconds, training-path seconds) of iteration ``it`` of a run, from its job benchmarks (the
+    jobs off the training path, or watching it, such as eval and the monitors, left out)."""
     train, path = 0.0, 0.0
-    for tsv in sorted((folder / "benchmarks" / f"iter_{it:03d}").glob("*.tsv")):
-        if tsv.stem.startswith(OFF_PATH_JOBS):
+    benchmarks = Path(layout.RunLayout(folder).benchmarks_dir(layout.iteration_name(it)))
+    for tsv in sorted(benchmarks.glob("*.tsv")):
+        if not layout.on_training_path(tsv.stem):
             continue
         seconds = benchmark_seconds(tsv) or 0.0
         path += seconds
@@ -75,7 +75,7 @@ def _job_seconds(folder: Path, it: int) -> tuple[float, float]:
 
 def guidance_eval_names(results: Path) -> list[str]:
     """The further evals of the shared base (``base/metrics/eval_cfg1.json`` and the like), sorted."""
-    return sorted(path.stem for path in (Path(results) / "base" / "metrics").glob("eval_cfg*.json"))
+    return [evaluation.name for evaluation in layout.guidance_evals_in(layout.RunLayout(results).base)]
 
 
 def columns(guidance_names=()) -> list[str]:
@@ -85,21 +85,27 @@ def columns(guidance_names=()) -> list[str]:
 
 
 def _guidance_means(folder: Path, names) -> dict[str, float | None]:
-    return {name: json_or_empty(folder / "metrics" / f"{name}.json").get(f"{name}/reward/mean") for name in names}
+    evals = [layout.GuidanceEval.from_name(name) for name in names]
+    return {e.name: json_or_empty(folder / e.metrics).get(f"{e.metric_prefix}/reward/mean") for e in evals}
+
+
+def _metrics_file(run: layout.RunLayout, it: int, stage: str) -> str:
+    return f"{run.iteration(it)}/{layout.metrics_name(stage)}"
 
 
 def run_curve(folder: Path, guidance_names=()) -> list[dict]:
     """One run's finished iterations in order: eval mean (and the further evals' means, None while
     one is missing) and the cumulative cost up to each."""
     points, rollouts, train_s, wall_s = [], 0, 0.0, 0.0
+    run = layout.RunLayout(folder)
     it = 0
-    while (eval_metrics := json_or_empty(folder / f"iter_{it:03d}" / "metrics" / "eval.json")).get("eval/reward/mean") is not None:
-        rollouts += int(json_or_empty(folder / f"iter_{it:03d}" / "metrics" / "generate.json").get("samples") or 0)
+    while (eval_metrics := json_or_empty(Path(_metrics_file(run, it, "eval")))).get("eval/reward/mean") is not None:
+        rollouts += int(json_or_empty(Path(_metrics_file(run, it, "generate"))).get("samples") or 0)
         train, path = _job_seconds(folder, it)
         train_s, wall_s = train_s + train, wall_s + path
         points.append({"iteration": it, "eval_mean": eval_metrics["eval/reward/mean"], "rollouts": rollouts,
                        "train_s": train_s, "wall_s": wall_s,
-                       "guidance": _guidance_means(folder / f"iter_{it:03d}", guidance_names)})
+                       "guidance": _guidance_means(Path(run.iteration(it)), guidance_names)})
         it += 1
     return points
 
@@ -124,9 +130,10 @@ def rows(results, only: Mapping[str, Iterable[int]] | None = None) -> list[dict]
     ``only``: as for :func:`find_runs`."""
     results = Path(results)
     runs = find_runs(results, only)
-    base = json_or_empty(results / "base" / "metrics" / "eval.json").get("eval/reward/mean")
+    base_folder = Path(layout.RunLayout(results).base)
+    base = json_or_empty(base_folder / layout.metrics_name(layout.EVAL_STAGE)).get("eval/reward/mean")
     names = guidance_eval_names(results)
-    base_guidance = _guidance_means(results / "base", names)
+    base_guidance = _guidance_means(base_folder, names)
     out = []
     for experiment, seeds in runs.items():
         curves = [run_curve(folder, names) for folder in seeds.values()]
@@ -150,7 +157,7 @@ def _cell(value, column: str) -> str:
     if value is None:
         return "-"
     if column == "iteration":
-        return "base" if value == -1 else str(value)
+        return layout.BASE if value == layout.BASE_ITERATION else str(value)
     if column.endswith("_s"):
         return f"{value:.1f}"
     if column == "rollouts":
@@ -189,7 +196,8 @@ def plot(table: list[dict], out_path) -> None:
 
     from rewardloop.artifacts import atomic_path
 
-    evals = ["eval"] + [c[: -len("_mean")] for c in table_columns(table) if c.startswith("eval_cfg") and c.endswith("_mean")]
+    evals = ["eval"] + [c[: -len("_mean")] for c in table_columns(table)
+                        if c.endswith("_mean") and layout.GuidanceEval.is_name(c[: -len("_mean")])]
     axes_of = (("iteration", "iteration (base = -1)"), ("rollouts", "rollouts consumed"),
                ("wall_s", "training-path job seconds"))
     fig, grid = plt.subplots(len(evals), 3, figsize=(15, 4.5 * len(evals)), constrained_layout=True,

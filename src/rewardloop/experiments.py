@@ -13,6 +13,7 @@ import copy
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from rewardloop import results_layout as layout
 from rewardloop.config import ConfigError, eval_config, guidance_evals, validate
 from rewardloop.mappings import deep_merge
 
@@ -22,7 +23,7 @@ FANOUT_KEYS = ("experiments", "seeds")
 # What the shared model build reads: an experiment may not change it.
 SHARED_SECTIONS = ("model", "tiny")
 # Folder names under results/ that are not experiments.
-RESERVED_NAMES = {"base", "report", "logs", "benchmarks", "tracking", "mlartifacts", "offline", "shared"}
+RESERVED_NAMES = {layout.BASE, layout.REPORT, "logs", "benchmarks", "tracking", "mlartifacts", "offline", "shared"}
 
 
 @dataclass(frozen=True)
@@ -64,13 +65,13 @@ def _check_shared(name: str, config: Mapping, base: Mapping) -> None:
         key = first_difference(config[section], base[section], section)
         if key:
             raise ConfigError(f"experiments.{name}: changes {key}, which the shared model build reads "
-                              f"(results/base/ serves every experiment); set it in the base config instead")
+                              f"(results/{layout.BASE}/ serves every experiment); set it in the base config instead")
     key = first_difference(eval_config(config), eval_config(base))
     if not key and guidance_evals(config) != guidance_evals(base):
         key = "eval.also_at_guidance"
     if key:
         raise ConfigError(f"experiments.{name}: changes {key}, which the held-out eval reads (the base "
-                          f"model's eval in results/base/ is shared by every experiment, and an iteration's "
+                          f"model's eval in results/{layout.BASE}/ is shared by every experiment, and an iteration's "
                           f"eval must be comparable with it); set it in the base config instead")
 
 
@@ -90,9 +91,9 @@ def plan_runs(given: Mapping, base: Mapping, results: str = "results") -> list[E
     common = {key: value for key, value in given.items() if key not in FANOUT_KEYS}
     runs = []
     for name, overlay in experiments.items():
-        if name in RESERVED_NAMES or name.startswith(("iter_", "seed_")):
+        if name in RESERVED_NAMES or name.startswith((layout.ITERATION_PREFIX, "seed_")):
             raise ConfigError(f"experiments.{name}: the name is taken by a folder of results/ "
-                              f"({', '.join(sorted(RESERVED_NAMES))}, iter_*, seed_*); choose another")
+                              f"({', '.join(sorted(RESERVED_NAMES))}, {layout.ITERATION_PREFIX}*, seed_*); choose another")
         for key in FANOUT_KEYS:
             if key in overlay:
                 raise ConfigError(f"experiments.{name}.{key}: an experiment cannot set {key} (set it at the top level)")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from rewardloop import results_layout as layout
 from rewardloop.score_cli import parse_rewards
 
 
@@ -23,9 +24,9 @@ def run_folders(results: Path) -> list[Path]:
     fan-out's shared results/base/ belongs to no run: each run holds its own copy)."""
     if not results.is_dir():
         raise ValueError(f"{results}: not a folder")
-    found = sorted({p.parent.parent for p in results.rglob("iter_[0-9][0-9][0-9]/eval.parquet")})
+    found = layout.run_roots(results)
     if not found:
-        raise ValueError(f"{results}: no iter_XXX/ folder with an eval.parquet at or below it")
+        raise ValueError(f"{results}: no {layout.iteration_name('XXX')}/ folder with an {layout.EVAL_TABLE} at or below it")
     return found
 
 
@@ -35,12 +36,12 @@ def rescore_run(folder: Path, rewards: dict, batch_size: int, force: bool) -> li
 
     written = []
     for iteration, sub in folders(folder):
-        tables = {"rollout": sub / "samples.parquet", "eval": sub / "eval.parquet"}
+        tables = {"rollout": sub / layout.SAMPLES, "eval": sub / layout.EVAL_TABLE}
         tables = {source: str(path) for source, path in tables.items() if path.is_file()}
         if "eval" not in tables:
             continue
         for name, spec in rewards.items():
-            out = sub / "rescore" / f"{name}.parquet"
+            out = sub / layout.rescore_name(name, "parquet")
             if out.is_file() and not force:
                 print(f"{out}: kept (--force rescores it)")
                 continue
@@ -56,13 +57,12 @@ def log_to_mlflow(folder: Path, written: list[Path]) -> None:
 
     from rewardloop import tracking
 
-    run_json = (folder / "tracking/run.json").resolve()
+    run_json = Path(layout.RunLayout(folder).tracking_run).resolve()
     if not written or not run_json.is_file() or json.loads(run_json.read_text()).get("status") != "ok":
         return
     by_iteration: dict[int, list[str]] = {}
     for path in written:
-        name = path.parent.parent.name
-        by_iteration.setdefault(-1 if name == "base" else int(name[len("iter_"):]), []).append(str(path.resolve()))
+        by_iteration.setdefault(layout.folder_iteration(path.parent.parent.name), []).append(str(path.resolve()))
     with contextlib.chdir(workflow_directory(folder, json.loads(run_json.read_text())["tracking_uri"])):
         for iteration, paths in sorted(by_iteration.items()):
             tracking.log_gold(run_json, iteration, paths)

@@ -98,6 +98,16 @@ def training_path_stages() -> tuple[str, ...]:
     return tuple(dict.fromkeys(stage for same_position in zip(*paths) for stage in same_position))
 
 
+_SHARD_JOB = re.compile(r"(\w+)_\d{2}")
+
+
+def on_training_path(job: str) -> bool:
+    """Whether a job of an iteration (its benchmark's stem: ``train``, ``generate_01``) is on the
+    training path: a stage of it, or a shard of one. Eval, grids, tracking and the monitors are not."""
+    shard = _SHARD_JOB.fullmatch(job)
+    return (shard.group(1) if shard else job) in training_path_stages()
+
+
 # ------------------------------------------------------------------------------ names within a folder
 
 SAMPLES = "samples.parquet"
@@ -120,6 +130,7 @@ TRACKING_MARKER = "tracking.json"  # the folder's MLflow tracking job's marker
 MONITORS_TRACKING_MARKER = "monitors_tracking.json"
 PREFLIGHT_FIGURES = "preflight_figures.json"  # iteration 0 only
 PREFLIGHT_REPORT = "preflight.json"
+REPORT = "report"  # the run's report/ folder (and its jobs' logs/report/, benchmarks/report/)
 
 
 def signal_table(signal: str) -> str:
@@ -205,10 +216,9 @@ def guidance_wildcard_regex(evals: Iterable[GuidanceEval]) -> str:
 
 
 def guidance_evals_in(folder: str | Path) -> tuple[GuidanceEval, ...]:
-    """The further evals whose metrics a folder holds (``metrics/eval_cfg*.json``), by scale."""
-    found = [GuidanceEval.from_name(p.stem) for p in (Path(folder) / METRICS_DIR).glob(f"{_GUIDANCE_PREFIX}*.json")
-             if GuidanceEval.is_name(p.stem)]
-    return tuple(sorted(set(found), key=lambda e: e.scale))
+    """The further evals whose metrics a folder holds (``metrics/eval_cfg*.json``), sorted by name."""
+    names = sorted(p.stem for p in (Path(folder) / METRICS_DIR).glob(f"{_GUIDANCE_PREFIX}*.json"))
+    return tuple(GuidanceEval.from_name(name) for name in names if GuidanceEval.is_name(name))
 
 
 # ------------------------------------------------------------------------------ a run's folder
@@ -236,17 +246,23 @@ class RunLayout:
     def base(self) -> str:
         return self.folder(BASE)
 
+    def logs_dir(self, folder: str) -> str:
+        return f"{self.root}/logs/{folder}"
+
     def log(self, folder: str, job: str) -> str:
-        """The log of a job writing into ``folder`` (a folder name)."""
-        return f"{self.root}/logs/{folder}/{job}.log"
+        """The log of a job writing into ``folder`` (a folder name: ``base``, ``iter_{it}``, ``report``)."""
+        return f"{self.logs_dir(folder)}/{job}.log"
+
+    def benchmarks_dir(self, folder: str) -> str:
+        return f"{self.root}/benchmarks/{folder}"
 
     def benchmark(self, folder: str, job: str) -> str:
         """The Snakemake benchmark TSV of a job writing into ``folder`` (a folder name)."""
-        return f"{self.root}/benchmarks/{folder}/{job}.tsv"
+        return f"{self.benchmarks_dir(folder)}/{job}.tsv"
 
     @property
     def report_dir(self) -> str:
-        return self.folder("report")
+        return self.folder(REPORT)
 
     def report(self, name: str) -> str:
         return f"{self.report_dir}/{name}"

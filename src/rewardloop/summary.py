@@ -7,12 +7,11 @@ it works on a run that is still going.
 
 from __future__ import annotations
 
-import functools
 import json
 import math
-import re
 from pathlib import Path
 
+from rewardloop import results_layout as layout
 from rewardloop.artifacts import benchmark_seconds, json_or_empty
 from rewardloop.monitors.history import guard_cell, guard_status
 from rewardloop.text_tables import add_table_command, aligned, csv_text
@@ -25,27 +24,9 @@ COLUMNS_HELP = """One line per iteration, the base model's eval first (iteration
   guard                    the reward-hacking guard's verdict: ok, breach or stopped, with the thresholds passed"""
 
 
-def training_path(signal: str) -> tuple[str, ...]:
-    """An iteration's stages on the training path of an objective learning from ``signal`` (its
-    ``Objective.signal``: the pairs or advantages stage makes that table), in DAG order. Eval is not
-    on it: it runs beside the loop."""
-    return ("generate", "score", signal, "train", "export")
-
-
-@functools.cache
-def on_training_paths() -> tuple[str, ...]:
-    """The stages on the training path of any registered objective, in DAG order (an iteration has the
-    signal stage of its objective only: pairs or advantages)."""
-    from rewardloop.objectives import OBJECTIVES  # imports torch: only once a table is made
-
-    signals = sorted({objective.signal for objective in OBJECTIVES.values()})
-    paths = [training_path(signal) for signal in signals]  # the same length: merged position by position
-    return tuple(dict.fromkeys(stage for same_position in zip(*paths) for stage in same_position))
-
-
 def stages() -> tuple[str, ...]:
     """The stages of the summary's ``<stage>_s`` columns: those on the training paths, then eval."""
-    return (*on_training_paths(), "eval")
+    return (*layout.training_path_stages(), layout.EVAL_STAGE)
 
 
 def columns() -> list[str]:
@@ -53,27 +34,23 @@ def columns() -> list[str]:
             *[f"{stage}_s" for stage in stages()], "total_s", "guard"]
 
 
-def _iterations(results: Path) -> list[int]:
-    found = [int(m.group(1)) for p in results.glob("iter_*") if (m := re.fullmatch(r"iter_(\d{3})", p.name))]
-    return sorted(found)
-
-
 def rows(results) -> list[dict]:
     """The summary rows: base first (iteration -1), then every iteration folder in order."""
     results = Path(results)
     if not results.is_dir():
         raise FileNotFoundError(f"{results}: not a folder")
+    run = layout.RunLayout(results)
     out = []
-    base = json_or_empty(results / "base/metrics/eval.json")
+    base = json_or_empty(Path(run.base) / layout.metrics_name(layout.EVAL_STAGE))
     if base:
         row = dict.fromkeys(columns())
-        row.update(iteration=-1, eval_mean=base.get("eval/reward/mean"),
-                   eval_s=benchmark_seconds(results / "benchmarks/base/eval.tsv") or base.get("perf/eval_time"))
+        row.update(iteration=layout.BASE_ITERATION, eval_mean=base.get("eval/reward/mean"),
+                   eval_s=benchmark_seconds(Path(run.benchmark(layout.BASE, layout.EVAL_STAGE)))
+                   or base.get("perf/eval_time"))
         row["total_s"] = row["eval_s"]
         out.append(row)
-    for it in _iterations(results):
-        folder = results / f"iter_{it:03d}"
-        metrics = {stage: json_or_empty(folder / "metrics" / f"{stage}.json") for stage in stages()}
+    for it, folder in run.iteration_folders():
+        metrics = {stage: json_or_empty(folder / layout.metrics_name(stage)) for stage in stages()}
         history = metrics["train"].get("history") or []
         row = dict.fromkeys(columns())
         row.update(
@@ -88,16 +65,16 @@ def rows(results) -> list[dict]:
         fallback = {"generate": "perf/rollout_time", "score": "perf/score_time", "train": "perf/train_time",
                     "eval": "perf/eval_time"}
         for stage in stages():
-            seconds = benchmark_seconds(results / "benchmarks" / f"iter_{it:03d}" / f"{stage}.tsv")
+            seconds = benchmark_seconds(Path(run.benchmark(folder.name, stage)))
             if seconds is None and stage in fallback:
                 seconds = metrics[stage].get(fallback[stage])
             row[f"{stage}_s"] = seconds
-        loop = [row[f"{s}_s"] for s in on_training_paths() if row[f"{s}_s"] is not None]
+        loop = [row[f"{s}_s"] for s in layout.training_path_stages() if row[f"{s}_s"] is not None]
         row["total_s"] = sum(loop) if loop else None
         row["guard"] = guard_cell(guard_status(folder))
         out.append(row)
     if not out:
-        raise FileNotFoundError(f"{results}: no base/ or iter_XXX/ metrics found")
+        raise FileNotFoundError(f"{results}: no {layout.BASE}/ or {layout.iteration_name('XXX')}/ metrics found")
     return out
 
 
@@ -105,7 +82,7 @@ def _cell(value, column) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
     if column == "iteration":
-        return "base" if value == -1 else str(value)
+        return layout.BASE if value == layout.BASE_ITERATION else str(value)
     if isinstance(value, float):
         return f"{value:.1f}" if column.endswith("_s") else f"{value:.4f}"
     return str(value)

@@ -47,6 +47,14 @@ def test_training_path_per_signal():
         layout.training_path("rewards")
 
 
+def test_jobs_on_the_training_path_by_benchmark_name():
+    on = ["generate", "generate_01", "score_00", "pairs", "advantages", "train", "export"]
+    off = ["eval", "eval_cfg4.5", "grids", "tracking", "health", "guard", "rescore_jpeg", "rescore_jpeg_01",
+           "monitors_tracking", "preflight", "preflight_gate", "train_state"]
+    assert [layout.on_training_path(job) for job in on] == [True] * len(on)
+    assert [layout.on_training_path(job) for job in off] == [False] * len(off)
+
+
 def test_the_objectives_signals_are_the_layouts():
     from rewardloop.objectives import OBJECTIVES
 
@@ -108,7 +116,8 @@ def test_guidance_evals_in_a_folder(tmp_path):
     (tmp_path / "metrics").mkdir()
     for stem in ("eval", "eval_cfg4.5", "eval_cfg1", "eval_cfgnone"):
         (tmp_path / "metrics" / f"{stem}.json").write_text("{}")
-    assert layout.guidance_evals_in(tmp_path) == (GuidanceEval(1), GuidanceEval(4.5))
+    (tmp_path / "metrics" / "eval_cfg10.json").write_text("{}")
+    assert layout.guidance_evals_in(tmp_path) == (GuidanceEval(1), GuidanceEval(10), GuidanceEval(4.5))  # by name
 
 
 def test_run_roots_are_the_folders_with_evaluated_iterations(tmp_path):

@@ -13,25 +13,19 @@ the end-of-run line naming every breach.
 
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 from typing import Mapping
 
 import pyarrow.parquet as pq
 
+from rewardloop import results_layout as layout
 from rewardloop.artifacts import json_or_empty
-
-VERDICT_FILE = "guard.json"  # iter_XXX/guard.json: the guard job's output
-STOPPED_FILE = "guard_stopped.json"  # the verdict of a guard that stopped the run (its job failed, so no guard.json)
 
 
 def folders(results) -> list[tuple[int, Path]]:
-    """(iteration, folder) of base/ (-1) and every iter_XXX/ under ``results``, in order."""
-    results = Path(results)
-    found = [(int(m.group(1)), p) for p in results.glob("iter_*") if (m := re.fullmatch(r"iter_(\d{3})", p.name))]
-    base = [(-1, results / "base")] if (results / "base").is_dir() else []
-    return base + sorted(found)
+    """(iteration, folder) of base/ (-1) and every iteration folder under ``results``, in order."""
+    return layout.RunLayout(results).folders()
 
 
 def health_values(path: Path) -> dict[str, float]:
@@ -48,7 +42,7 @@ def health_values(path: Path) -> dict[str, float]:
 def gold_values(folder: Path) -> dict[str, float]:
     """{gold_<name>: eval mean} of the folder's rescore/<name>.json files."""
     out = {}
-    for path in sorted((folder / "rescore").glob("*.json")):
+    for path in sorted((folder / layout.RESCORE_DIR).glob("*.json")):
         mean = json_or_empty(path).get(f"gold/{path.stem}/mean")
         if mean is not None:
             out[f"gold_{path.stem}"] = mean
@@ -57,9 +51,9 @@ def gold_values(folder: Path) -> dict[str, float]:
 
 def guard_status(folder: Path) -> dict:
     """guard.json, else guard_stopped.json (marked stopped), else {}."""
-    verdict = json_or_empty(folder / VERDICT_FILE)
+    verdict = json_or_empty(folder / layout.GUARD_VERDICT)
     if not verdict:
-        verdict = json_or_empty(folder / STOPPED_FILE)
+        verdict = json_or_empty(folder / layout.GUARD_STOPPED)
         if verdict:
             verdict["status"] = "stopped"
     return verdict
@@ -86,7 +80,8 @@ def report(results, file=None) -> str | None:
         return None
     line = (f"rewardloop: REWARD-HACKING GUARD: breaches in {results} at "
             + "; ".join(f"iteration {v['iteration']}: {guard_checks(v) or 'ok'}" for v in breached)
-            + " (details: iter_XXX/guard.json or guard_stopped.json, report/health.png)")
+            + f" (details: {layout.iteration_name('XXX')}/{layout.GUARD_VERDICT} or {layout.GUARD_STOPPED}, "
+              f"{layout.REPORT}/health.png)")
     print(line, file=file or sys.stderr)
     return line
 
@@ -94,9 +89,9 @@ def report(results, file=None) -> str | None:
 def rows(results) -> list[dict]:
     out = []
     for iteration, folder in folders(results):
-        metrics = json_or_empty(folder / "metrics/eval.json")
+        metrics = json_or_empty(folder / layout.metrics_name(layout.EVAL_STAGE))
         verdict = guard_status(folder)
         out.append({"iteration": iteration, "eval_reward": metrics.get("eval/reward/mean"),
-                    **health_values(folder / "health.parquet"), **gold_values(folder),
+                    **health_values(folder / layout.HEALTH), **gold_values(folder),
                     "guard": guard_cell(verdict), "breached": verdict.get("status") in ("breach", "stopped")})
     return out

@@ -14,7 +14,8 @@ from typing import Mapping
 
 from rewardloop.artifacts import write_json
 from rewardloop.monitors.guard import gold_breaches, health_breaches, verdict
-from rewardloop.monitors.history import STOPPED_FILE, health_values
+from rewardloop.monitors.history import health_values
+from rewardloop.results_layout import GUARD_STOPPED
 
 
 class GuardStop(RuntimeError):
@@ -33,7 +34,7 @@ def run(guard_cfg: Mapping, iteration: int, health: tuple[str, str], eval_metric
     golds = {name: tuple(_mean(p, f"gold/{name}/mean") for p in pair) for name, pair in gold.items()}
     breaches = health_breaches(guard_cfg, base_health, it_health) + gold_breaches(guard_cfg, reward, golds)
     result = verdict(iteration, breaches, bool(guard_cfg["stop"]))
-    stopped = Path(verdict_path).with_name(STOPPED_FILE)
+    stopped = Path(verdict_path).with_name(GUARD_STOPPED)
     for breach in breaches:
         print(f"REWARD-HACKING GUARD, iteration {iteration}: {breach.message} (guard.{breach.check.split(' ')[0]})",
               file=sys.stderr, flush=True)
