@@ -146,7 +146,11 @@ def load_pipeline(model_cfg: Mapping, lora_dir: str | None = None, device="cpu",
         raise ModelError(f"model.path: cannot load {source} as {cls.__name__} ({exc})") from exc
     if lora_dir:
         from rewardloop.models.lora import load_lora_fused
+        from rewardloop.runtime import library_noise
 
+        # diffusers' "no text-encoder keys" of our denoiser-only LoRAs: silenced here as well as in job(),
+        # for the processes no job starts (`accelerate launch`-ed training ranks, the command line).
+        library_noise.install()
         load_lora_fused(pipe, family, lora_dir)
     pipe.set_progress_bar_config(disable=True)
     return pipe.to(device)

@@ -1,5 +1,6 @@
 """What every Snakemake script entry point does around its stage: log to the rule's log file,
-honour the job's threads, and report errors as one readable line at the end of the log."""
+honour the job's threads, silence the libraries' known noise (runtime/library_noise.py), and report
+errors as one readable line at the end of the log."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import os
 import sys
 import traceback
 
-from rewardloop.runtime import gpu_slots, warm
+from rewardloop.runtime import gpu_slots, library_noise, warm
 
 
 @contextlib.contextmanager
@@ -22,6 +23,7 @@ def job(snakemake, uses_gpu: bool = True):
     With warm start on, the job runs in a fork of the run's warm worker instead (see warm.py).
     """
     warm.delegate()  # exits with the job's exit code when the warm worker ran it
+    library_noise.install()
     log_path = snakemake.log[0] if snakemake.log else None
     stream = open(log_path, "a", buffering=1) if log_path else None
     saved = sys.stdout, sys.stderr
