@@ -1,12 +1,15 @@
 """Config validation: defaults, unknown keys, types and the checks beyond the schema."""
 
 import copy
+import subprocess
+import sys
 
 import pytest
 import yaml
 
 from rewardloop import config as cfgmod
 from rewardloop.config import ConfigError
+from rewardloop.runtime.job_config import eval_config, eval_guidance_key, eval_guidance_scale, guidance_evals, stage_config
 
 
 @pytest.fixture
@@ -87,10 +90,10 @@ def test_ocr_reward_needs_quoted_targets(base_config):
 
 def test_stage_config_is_a_copy_of_the_sections(base_config):
     cfg = cfgmod.validate(base_config)
-    sub = cfgmod.stage_config(cfg, "train")
+    sub = stage_config(cfg, "train")
     sub["train"]["steps"] = -5
     assert cfg["train"]["steps"] != -5 and set(sub) == {"train"}
-    assert "iterations" not in cfgmod.stage_config(cfg, "seed", "model")
+    assert "iterations" not in stage_config(cfg, "seed", "model")
 
 
 def test_eval_reward_may_not_repeat_a_training_reward(base_config):
@@ -104,3 +107,48 @@ def test_malformed_yaml_names_the_file(tmp_path):
     path.write_text("train: {steps: 2\n")
     with pytest.raises(ConfigError, match=rf"{path}: not valid YAML"):
         cfgmod.load(path)
+
+
+def test_importing_the_config_loads_no_torch():
+    """The Snakefile and the CLI import the config first: its checks' heavy imports wait until they run."""
+    probe = "import sys, rewardloop.config; print(sorted(m for m in ('torch', 'diffusers') if m in sys.modules))"
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    assert result.stdout.strip() == "[]"
+
+
+def test_the_schema_file_is_found_from_the_package():
+    assert cfgmod.SCHEMA_PATH.is_file() and cfgmod.SCHEMA_PATH.parent.name == "schemas"
+
+
+def test_the_eval_samples_at_generates_guidance_only_where_its_own_is_null(base_config):
+    """One fallback, read the same from the whole config and from what an eval job is passed."""
+    base_config["generate"]["guidance_scale"] = 5.0
+    cfg = cfgmod.validate(base_config)
+    assert eval_guidance_key(cfg) == "generate.guidance_scale" and eval_guidance_scale(cfg) == 5.0
+    job = eval_config(cfg)
+    assert job["generate"]["guidance_scale"] == 5.0 and eval_guidance_scale(job) == 5.0
+    cfg["eval"]["guidance_scale"] = 2.5
+    job = eval_config(cfg)
+    assert eval_guidance_key(cfg) == "eval.guidance_scale" and "guidance_scale" not in job["generate"]
+    assert eval_guidance_scale(job) == eval_guidance_scale(cfg) == 2.5
+    assert eval_guidance_scale(eval_config(cfg, 1)) == 1.0  # a further eval of eval.also_at_guidance
+
+
+def test_further_guidance_evals_are_named_by_their_scale_and_exclude_the_eval_own(base_config):
+    base_config["eval"] = {"also_at_guidance": [1, 4.5]}
+    cfg = cfgmod.validate(copy.deepcopy(base_config))
+    assert guidance_evals(cfg) == {"eval_cfg1": 1.0, "eval_cfg4.5": 4.5}
+    assert "also_at_guidance" not in eval_config(cfg, 4.5)["eval"]
+    base_config["eval"]["guidance_scale"] = 4.5
+    with pytest.raises(ConfigError, match=r"^eval\.also_at_guidance: 4\.5 is the eval's own CFG scale"):
+        cfgmod.validate(base_config)
+
+
+def test_fewer_iterations_than_the_results_hold_are_refused_naming_the_folders(base_config, tmp_path):
+    for name in ("iter_000", "iter_001", "iter_002", "iter_1000", "base"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "iter_003").write_text("a file, not an iteration folder")
+    cfgmod.check_existing_iterations({"iterations": 3}, tmp_path)
+    with pytest.raises(ConfigError, match=rf"^iterations: 1, but {tmp_path}/ already holds iter_001, iter_002 of a "
+                                          rf"longer run; set iterations: 3 to keep them"):
+        cfgmod.check_existing_iterations({"iterations": 1}, tmp_path)

@@ -1,0 +1,99 @@
+"""The part of the config each job reads (its ``params``), and the evals ``eval.also_at_guidance`` adds.
+
+Only the workflow (rules/common.smk) and the experiment fan-out project the config so; a job passed
+just its sections is not rerun when a key it does not read changes.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Mapping
+
+from rewardloop import results_layout
+
+# (section, key) pairs that change how many jobs do a stage's work, never its result.
+JOB_SPLIT_KEYS = (("generate", "shards"), ("score", "shards"))
+
+
+def stage_config(config: Mapping, *sections: str, keep: Mapping[str, tuple[str, ...]] | None = None) -> dict[str, Any]:
+    """The part of the config one stage uses.
+
+    Rules pass only this to their job (as ``params``), so that changing a key a stage does not use
+    (``iterations``, say) never makes Snakemake rerun a finished job. ``keep``: of these sections,
+    only these keys (eval reads prompts.eval and a few generate keys, not the rollouts' others).
+    Keys that only split the work into jobs (JOB_SPLIT_KEYS) are left out: the artifacts do not depend
+    on them, so changing them reruns nothing and leaves the provenance hash as it was.
+    """
+    selected = {name: copy.deepcopy(config[name]) for name in sections}
+    for name, keys in (keep or {}).items():
+        selected[name] = {key: selected[name][key] for key in keys}
+    for section, key in JOB_SPLIT_KEYS:
+        if isinstance(selected.get(section), dict):
+            selected[section].pop(key, None)
+    inputs = input_identities(config, sections)
+    if inputs:
+        selected["inputs"] = inputs
+    return selected
+
+
+def input_identities(config: Mapping, sections) -> dict[str, str]:
+    """{config key: fingerprint} of the files outside results/ that these sections make a job read: the
+    base model, model.init_lora, the rewards' checkpoints (models.fingerprint). In a job's params, a
+    changed file reruns the jobs that read it, though its path stays the same; a model folder a rule
+    builds (model.build_tiny) is a Snakemake input instead."""
+    from rewardloop.models.fingerprint import fingerprint, is_local
+    from rewardloop.rewards.base import path_options
+
+    found = {}
+    if "model" in sections:
+        model = config["model"]
+        if not model.get("build_tiny") and is_local(model["path"]):
+            found["model.path"] = fingerprint(model["path"])
+        if model.get("init_lora") and is_local(model["init_lora"]):
+            found["model.init_lora"] = fingerprint(model["init_lora"])
+    reward_sections = [("rewards", config.get("rewards") or {})] if "rewards" in sections else []
+    if "eval" in sections:
+        reward_sections.append(("eval.rewards", config["eval"].get("rewards") or {}))
+    if "gold_rewards" in sections:
+        reward_sections.append(("gold_rewards", config["gold_rewards"]))
+    for key, rewards in reward_sections:
+        for name, value in rewards.items():
+            for option in path_options(name) if isinstance(value, Mapping) else ():
+                if value.get(option) and is_local(value[option]):
+                    found[f"{key}.{name}.{option}"] = fingerprint(value[option])
+    return found
+
+
+def eval_guidance_key(config: Mapping) -> str:
+    """The key that holds the eval's CFG scale: ``eval.guidance_scale``, or ``generate.guidance_scale`` (the
+    rollouts') where that is null. The one place of that fallback."""
+    return "generate.guidance_scale" if config["eval"].get("guidance_scale") is None else "eval.guidance_scale"
+
+
+def eval_guidance_scale(config: Mapping) -> float:
+    """The CFG scale the eval samples at (``eval_guidance_key``'s value), from the whole config or from an
+    eval job's (``eval_config`` keeps generate.guidance_scale exactly where it is the eval's)."""
+    section, key = eval_guidance_key(config).split(".")
+    return config[section][key]
+
+
+def eval_config(config: Mapping, guidance: float | None = None) -> dict[str, Any]:
+    """What an eval job reads: the held-out prompts, and of generate only the sampler's guidance, size,
+    batch, sampler and precision (not the rollouts' steps, eta, group size or SDE settings). The same
+    for the base model's eval and every iteration's, and for every experiment of a fan-out (which
+    therefore shares one base eval). ``guidance``: one of ``eval.also_at_guidance``, whose eval is the
+    same but for its CFG scale. ``also_at_guidance`` itself is left out, so adding a scale reruns no eval."""
+    config = {**config, "eval": {k: v for k, v in config["eval"].items() if k != "also_at_guidance"}}
+    if guidance is not None:
+        config["eval"]["guidance_scale"] = float(guidance)
+    generate = ("resolution", "batch_size", "scheduler", "precision")
+    if eval_guidance_key(config) == "generate.guidance_scale":  # else eval's own guidance, not the rollouts'
+        generate = ("guidance_scale", *generate)
+    return stage_config(config, "model", "prompts", "generate", "eval", "rewards", "score", "device",
+                        keep={"prompts": ("eval",), "generate": generate})
+
+
+def guidance_evals(config: Mapping) -> dict[str, float]:
+    """{name: CFG scale} of the further evals of ``eval.also_at_guidance``: ``eval_cfg1`` for 1.0, ``eval_cfg4.5``
+    for 4.5 (results_layout.GuidanceEval's names: its files' stem and its metrics' prefix)."""
+    return {e.name: e.scale for e in results_layout.guidance_evals(config["eval"].get("also_at_guidance"))}
