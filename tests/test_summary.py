@@ -57,8 +57,10 @@ def test_summary_cli_formats(results, fmt):
     assert out.returncode == 0, out.stderr
     if fmt == "table":  # the names of the CSV and JSON, in their order
         lines = out.stdout.splitlines()
-        assert lines[0].split() == summary.columns() and lines[2].split()[0] == "base" and lines[3].split()[0] == "0"
-        cells = dict(zip(summary.columns(), lines[3].split()))
+        table_columns = summary.columns(timings=False)
+        assert lines[0].split() == table_columns and lines[2].split()[0] == "base" and lines[3].split()[0] == "0"
+        assert max(map(len, lines)) <= summary.TABLE_WIDTH
+        cells = dict(zip(table_columns, lines[3].split()))
         assert float(cells["reward_mean"]) == pytest.approx(summary.rows(results)[1]["reward_mean"], abs=1e-4)
     elif fmt == "csv":
         table = list(csv.DictReader(io.StringIO(out.stdout)))
@@ -126,7 +128,7 @@ def test_total_s_counts_the_advantages_stage_of_an_advantage_objective(tmp_path)
     (row,) = summary.rows(tmp_path)
     assert row["total_s"] == 48.0  # all but eval
     assert row["advantages_s"] == 2.0 and row["pairs_s"] is None and row["eval_s"] == 7.0
-    header, _, line = summary.render(tmp_path).splitlines()
+    header, _, line = summary.render(tmp_path, timings=True).splitlines()
     assert dict(zip(header.split(), line.split()))["advantages_s"] == "2.0"
 
 
@@ -137,3 +139,38 @@ def test_every_objectives_training_path_is_among_the_summary_stages():
         path = results_layout.training_path(objective.signal)
         assert set(path) <= set(summary.stages()) and "eval" not in path, name
     assert summary.stages() == ("generate", "score", "advantages", "pairs", "train", "export", "eval")
+
+
+def _long_run(folder: Path, iterations: int = 12) -> None:
+    """A results folder of ``iterations`` iterations with every stage timed and a long guard verdict."""
+    for it in range(iterations):
+        name = f"iter_{it:03d}"
+        (folder / name / "metrics").mkdir(parents=True)
+        (folder / name / "metrics/score.json").write_text('{"rollout/reward/raw_mean": 0.123456, "rollout/reward/raw_std": 0.5}')
+        (folder / name / "metrics/eval.json").write_text('{"eval/reward/mean": 0.654321}')
+        (folder / name / "metrics/pairs.json").write_text('{"pairs/count": 1024}')
+        (folder / name / "metrics/train.json").write_text('{"history": [{"train/loss": 0.693147, "train/implicit_acc": 0.5}]}')
+        checks = [{"check": f"gold_{k}_drop_beyond_threshold"} for k in range(4)]
+        (folder / name / "guard.json").write_text(json.dumps({"status": "breach", "iteration": it, "breaches": checks}))
+        (folder / "benchmarks" / name).mkdir(parents=True)
+        for stage in ("generate", "score", "pairs", "train", "export", "eval"):
+            (folder / "benchmarks" / name / f"{stage}.tsv").write_text("s\th:m:s\n12345.6\t3:25:45\n")
+
+
+def test_summary_table_fits_100_columns_and_timings_widen_it(tmp_path, capsys):
+    from rewardloop import cli
+
+    _long_run(tmp_path)
+    assert cli.main(["summary", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == summary.columns(timings=False) and "train_s" not in lines[0]
+    assert len(lines) == 2 + 12 and max(map(len, lines)) <= 100
+    assert lines[2].endswith("...") and lines[2].split()[-2] == "breach:"  # the verdict cut to fit, and says so
+    assert cli.main(["summary", str(tmp_path), "--timings"]) == 0
+    wide = capsys.readouterr().out.splitlines()
+    assert wide[0].split() == summary.columns() and max(map(len, wide)) > 100
+    assert wide[2].endswith("gold_3_drop_beyond_threshold")  # whole: --timings does not cut
+    assert dict(zip(wide[0].split(), wide[2].split()))["train_s"] == "12345.6"
+    assert cli.main(["summary", str(tmp_path), "--format", "csv"]) == 0  # CSV: every column, whole
+    table = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert list(table[0]) == summary.columns() and table[0]["guard"].endswith("gold_3_drop_beyond_threshold")

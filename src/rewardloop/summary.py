@@ -20,8 +20,11 @@ COLUMNS_HELP = """One line per iteration, the base model's eval first (iteration
   reward_mean, reward_std  the combined rollout reward of the iteration
   eval_mean                the mean eval reward of the iteration's model
   pairs                    DPO pairs; final_loss, final_acc: the last training step's loss and accuracy
-  <stage>_s                wall seconds of each stage's job; total_s: those on the training path (not eval)
-  guard                    the reward-hacking guard's verdict: ok, breach or stopped, with the thresholds passed"""
+  total_s                  wall seconds of the stages' jobs on the training path (not eval)
+  <stage>_s                (--timings, and always in CSV and JSON) wall seconds of each stage's job
+  guard                    the reward-hacking guard's verdict: ok, breach or stopped, with the thresholds passed
+The table fits 100 columns (a long guard verdict is cut, ending in ...) unless --timings widens it."""
+TABLE_WIDTH = 100
 
 
 def stages() -> tuple[str, ...]:
@@ -29,9 +32,11 @@ def stages() -> tuple[str, ...]:
     return (*layout.training_path_stages(), layout.EVAL_STAGE)
 
 
-def columns() -> list[str]:
+def columns(timings: bool = True) -> list[str]:
+    """The summary's columns, those of CSV and JSON; ``timings=False``: the table's default, without
+    the ``<stage>_s`` columns."""
     return ["iteration", "reward_mean", "reward_std", "eval_mean", "pairs", "final_loss", "final_acc",
-            *[f"{stage}_s" for stage in stages()], "total_s", "guard"]
+            *([f"{stage}_s" for stage in stages()] if timings else []), "total_s", "guard"]
 
 
 def rows(results) -> list[dict]:
@@ -88,27 +93,41 @@ def _cell(value, column) -> str:
     return str(value)
 
 
-def format_table(table: list[dict]) -> str:
-    """An aligned table with the names of the CSV and JSON (``iteration`` -1 reads ``base``)."""
-    return aligned(columns(), [[_cell(row[column], column) for column in columns()] for row in table])
+def format_table(table: list[dict], timings: bool = False) -> str:
+    """An aligned table with the names of the CSV and JSON (``iteration`` -1 reads ``base``). Without
+    ``timings`` it fits TABLE_WIDTH columns: the guard verdict, last, is cut to the width left."""
+    names = columns(timings)
+    cells = [[_cell(row[column], column) for column in names] for row in table]
+    if not timings:
+        others = [max(len(name), *(len(line[i]) for line in cells)) + 2 for i, name in enumerate(names[:-1])]
+        room = max(len(names[-1]), TABLE_WIDTH - sum(others))
+        for line in cells:
+            if len(line[-1]) > room:
+                line[-1] = line[-1][: room - 3] + "..."
+    return aligned(names, cells)
 
 
 def format_csv(table: list[dict]) -> str:
     return csv_text(table, columns()).rstrip("\n")
 
 
-def render(results, fmt: str = "table") -> str:
+def render(results, fmt: str = "table", timings: bool = False) -> str:
+    """The summary as a table (``timings``: with each stage's seconds), CSV or JSON (every column)."""
     table = rows(results)
     if fmt == "csv":
         return format_csv(table)
     if fmt == "json":
         return json.dumps(table, indent=2)
-    return format_table(table)
+    return format_table(table, timings)
 
 
 def add_parser(commands) -> None:
     add_table_command(commands, "summary", render, help="one line per iteration: rewards, eval, pairs, loss, wall times",
                       results_help="the workflow's results folder (default: results)", description=COLUMNS_HELP)
+    command = commands.choices["summary"]
+    command.add_argument("--timings", action="store_true",
+                         help="the table with each stage's wall seconds (<stage>_s), wider than 100 columns")
+    command.set_defaults(func=lambda args: print(render(args.results, args.format, args.timings)))
 
 
 # ------------------------------------------------------------------------------------- curves.png
