@@ -4,21 +4,17 @@ and stand-ins of other makes (stand_in_servers.py), each a subprocess on a free 
 from __future__ import annotations
 
 import base64
-import contextlib
 import io
 import json
 import secrets
-import socket
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 import requests
 from PIL import Image
+from remote_servers import free_port, running, serve_reward, stand_in
 
 from rewardloop.models.synthetic import render
 from rewardloop.rewards.base import check_options, check_prompts
@@ -29,51 +25,6 @@ from rewardloop.rewards.remote.server import checkpoint_fingerprints
 from rewardloop.rewards.remote.transport import PermanentError, TransientError
 from rewardloop.rewards.remote.wire import encode_image
 from rewardloop.shape_domain import caption
-
-STAND_INS = Path(__file__).with_name("stand_in_servers.py")
-SERVER_START_S = 120  # importing the rewards on a loaded 2-core machine
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@contextlib.contextmanager
-def running(command: list[str], log: Path, env=None):
-    """``(url, log)`` of a server started by ``command`` (its port appended), up once it answers HTTP."""
-    import os
-
-    port = free_port()
-    with open(log, "w") as out:
-        process = subprocess.Popen([*command, str(port)], stdout=out, stderr=subprocess.STDOUT,
-                                   env={**os.environ, **(env or {})})
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + SERVER_START_S
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"server exited with {process.returncode}: {log.read_text()}")
-            try:
-                requests.get(url + "/health", timeout=2)
-                break
-            except requests.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"server not up after {SERVER_START_S} s: {log.read_text()}") from None
-                time.sleep(0.2)
-        yield url, log
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
-
-
-def serve_reward(*args: str) -> list[str]:
-    return [sys.executable, "-m", "rewardloop.serve_reward_cli", *args, "--port"]
-
-
-def stand_in(mode: str) -> list[str]:
-    return [sys.executable, str(STAND_INS), mode]
 
 
 def shapes(count: int, size: int = 32):
