@@ -1,86 +1,30 @@
 """Every recipe in configs/ runs one short iteration on a tiny replica of its family's published
 checkpoint, with reward stand-ins in the published formats, through its documented overlay
 (``rewardloop smoke-overlay``): EXPO's DPO/SFT on SD1.5 (PNDM shipped) and SDXL (Euler shipped,
-fp16 with a force_upcast VAE), Flow-GRPO and DiffusionNFT on SD3.5-M with T5 (bf16).
+fp16 with a force_upcast VAE) here; Flow-GRPO, DiffusionNFT and AWM on SD3.5 with T5 (bf16) in
+tests/test_recipe_smoke_sd3.py, the FLUX.1 recipes in tests/test_recipe_smoke_flux.py (the check:
+tests/recipe_smoke.py).
 
 Recipes are discovered, so one added later is covered without editing this file.
 """
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
-
-import numpy as np
 import pytest
-import torch
-import yaml
 
-from rewardloop.artifacts import read_table, read_tensors
-from rewardloop.models.families import get_family
-from rewardloop.models.loading import LORA_WEIGHTS
-from rewardloop.objectives import get_objective
-from rewardloop.smoke.overlay import recipe_config, write_overlay
+from recipe_smoke import OWN_FILES, RECIPES, assets, check_recipe_runs_one_iteration, parametrize_recipes, recipes_of  # noqa: F401
 
-from workflow_helpers import ROOT, snakemake
-
-# A fan-out of recipes (experiments:, configs/tiny_sd3_compare.yaml) is not smoked as one: its variants'
-# options are their own recipes' (smoked here), and tests/test_experiments.py plans it.
-RECIPES = sorted(p for p in (ROOT / "configs").glob("*.yaml") if "experiments" not in recipe_config(p))
 pytestmark = pytest.mark.workflow
-
-
-@pytest.fixture(scope="module")
-def assets(tmp_path_factory) -> Path:
-    """Replicas and reward stand-ins, built once and shared by the recipes' overlays."""
-    return tmp_path_factory.mktemp("smoke-assets")
 
 
 def test_every_recipe_is_smoked():
     assert {p.stem for p in RECIPES} >= {"sd15_pickscore_dpo", "sd15_hps_dpo", "sd15_aesthetic_sft",
                                          "sdxl_pickscore_dpo", "sd35m_ocr_grpo", "sd35m_pickscore_nft"}
+    # each recipe in exactly one of the smoke files
+    split = [recipes_of(None), *(recipes_of(family) for family in OWN_FILES)]
+    assert sorted(p for part in split for p in part) == RECIPES and all(split)
 
 
-@pytest.mark.parametrize("recipe", RECIPES, ids=[p.stem for p in RECIPES])
-def test_recipe_runs_one_iteration_on_its_replica(recipe, assets, tmp_path):
-    config = recipe_config(recipe)
-    family, objective = get_family(config["model"]["family"]), get_objective(config["train"]["loss"])
-    overlay = write_overlay(recipe, tmp_path / "smoke", assets=assets)
-    work = tmp_path / "run"
-    work.mkdir()
-    shutil.copyfile(recipe, work / "test.yaml")  # the recipe first, the overlay over it: --configfile recipe overlay
-    snakemake(work, overlays=(overlay,))
-
-    it = work / "results/iter_000"
-    samples = read_table(it / "samples.parquet").to_pandas()
-    expected = (("flow_sde" if objective.records_steps else "flow_euler") if family.flow_matching
-                else ("ddim_recorded" if objective.records_steps else "ddim"))
-    assert set(samples.sampler) == {expected}  # DDIM whatever the replica ships (PNDM, Euler)
-    for table in ("scores", "eval"):
-        rewards = read_table(it / f"{table}.parquet").to_pandas()["reward"].to_numpy()
-        assert len(rewards) and np.isfinite(rewards).all(), table
-    assert (it / f"{objective.signal}.parquet").is_file()
-    tensors = read_tensors(it / "latents.safetensors")
-    embeds = tensors[f"prompt_embeds/{samples.prompt_id[0]}"]
-    assert embeds.dtype == torch.float32
-    # SD3.5: CLIP's 77 tokens then T5's 256, as its pipeline encodes; FLUX.1: T5's 512 alone (CLIP gives the
-    # pooled embedding only); the UNets: CLIP's 77
-    assert embeds.shape[0] == {"sd3": 77 + 256, "flux": 512}.get(family.name, 77)
-
-    # model(0) loads where a user would use it: the family's plain diffusers pipeline
-    settings = yaml.safe_load(overlay.read_text())
-    replica = settings["model"]["path"]
-    cls = family.pipeline_class()
-    kwargs = dict(prompt=samples.prompt[0], height=64, width=64, num_inference_steps=2,
-                  output_type="np", guidance_scale=1.0)
-    if (it / "checkpoint" / LORA_WEIGHTS).is_file():
-        pipe = cls.from_pretrained(replica, dtype=torch.float32, **family.load_kwargs())
-        pipe.set_progress_bar_config(disable=True)
-        before = pipe(generator=torch.Generator().manual_seed(0), **kwargs).images
-        pipe.load_lora_weights(str(it / "checkpoint"))
-        after = pipe(generator=torch.Generator().manual_seed(0), **kwargs).images
-        assert np.isfinite(after).all() and not np.array_equal(before, after)
-    else:  # train.adapter none: model(0) is a complete pipeline folder
-        pipe = cls.from_pretrained(str(it / "checkpoint"), dtype=torch.float32)
-        pipe.set_progress_bar_config(disable=True)
-        assert np.isfinite(pipe(generator=torch.Generator().manual_seed(0), **kwargs).images).all()
+@parametrize_recipes(None)
+def test_recipe_runs_one_iteration_on_its_replica(recipe, assets, tmp_path):  # noqa: F811
+    check_recipe_runs_one_iteration(recipe, assets, tmp_path)

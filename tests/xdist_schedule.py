@@ -8,22 +8,22 @@ handed out is the one expected to take longest (longest processing time first: t
 within about one file's time of each other), and a worker is topped up only when on its last test (it
 cannot start that test before it knows the next one, or is told to stop).
 
-``SECONDS`` holds each slow file's duration on CI's 2-core machine (``pytest --durations=0`` over the
-file, the figures of its tests and its fixtures' setup added); any other file counts ``PER_TEST``
-seconds a test. Only the order depends on them: a wrong figure makes the run slower, never wrong.
+``SECONDS`` holds each slow file's expected duration on CI's 2-core machine (refine a figure from
+``pytest --durations=0`` over the file: its tests' and fixtures' setup figures added); any other file
+counts ``PER_TEST`` seconds a test. Only the order depends on them: a wrong figure makes the run
+slower, never wrong.
 """
 
 from __future__ import annotations
 
 PER_TEST = 1.0
-SECONDS = {
+SECONDS = {  # estimates: recipe smokes ~70 s each, the crash tests ~180 s each, 2-process trainings ~40 s
+    "tests/test_crash_resume.py": 720,
+    "tests/test_recipe_smoke_sd3.py": 630,
+    "tests/test_recipe_smoke_flux.py": 490,
     "tests/test_default_run.py": 480,
-    "tests/test_recipe_smoke_sd3.py": 500,
-    "tests/test_recipe_smoke_flux.py": 450,
-    "tests/test_crash_resume.py": 420,
     "tests/test_recipe_smoke.py": 350,
     "tests/test_bad_inputs.py": 330,
-    "tests/test_crash_resume_kills.py": 250,
     "tests/test_workflow.py": 250,
     "tests/test_experiments.py": 250,
     "tests/test_workflow_flux.py": 250,
