@@ -68,7 +68,7 @@ def test_inspect_a_folder_recurses_into_its_subfolders(tmp_path):
     write_json({"rank": 4}, iteration / "checkpoint/adapter_info.json")
     (iteration / "logs").mkdir()
     (iteration / "logs/job.log").write_text("not an artifact")
-    out = run("inspect", tmp_path)
+    out = run("inspect", "-v", tmp_path)
     assert out.returncode == 0, out.stderr
     assert [line for line in out.stdout.splitlines() if line.startswith(str(tmp_path))] == [
         f"{iteration}/checkpoint/adapter_info.json", f"{iteration}/metrics/train.json",
@@ -76,3 +76,19 @@ def test_inspect_a_folder_recurses_into_its_subfolders(tmp_path):
     assert '"train/loss": 0.25' in out.stdout
     (tmp_path / "empty").mkdir()
     assert run("inspect", tmp_path / "empty").stdout.strip() == f"{tmp_path / 'empty'}: no artifacts"
+
+
+def test_inspect_lists_a_folder_briefly_one_line_per_artifact(tmp_path):
+    """Without -v a folder is a listing: each artifact's path below it and its headline, nothing more."""
+    write_table(pd.DataFrame({"sample_id": ["a", "b"], "reward": [1.0, 0.5]}), tmp_path / "iter_000/scores.parquet")
+    write_json({"train/loss": 0.25, "train/steps": 3}, tmp_path / "iter_000/metrics/train.json")
+    (tmp_path / "iter_000/metrics/broken.json").write_text("{")
+    out = run("inspect", tmp_path)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == f"{tmp_path}: 3 artifacts (details: rewardloop inspect -v)"
+    assert lines[1].split()[:2] == ["iter_000/metrics/broken.json", "unreadable"]  # and the listing goes on
+    assert [line.split() for line in lines[2:]] == [
+        ["iter_000/metrics/train.json", "JSON,", "2", "keys"],
+        ["iter_000/scores.parquet", "Parquet,", "2", "rows,", "2", "columns"]]
+    assert "train/loss" not in out.stdout and all(len(line) <= 100 for line in lines[1:])

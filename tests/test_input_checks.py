@@ -77,8 +77,11 @@ def test_inspect_does_not_read_a_huge_json_file(tmp_path, capsys):
         fh.truncate(MAX_JSON_BYTES + 2**20)
     (tmp_path / "small.json").write_text('{"rank": 4}')
     assert describe(huge) == f"{huge}: JSON, 65.0 MiB, too large to summarise (limit 64 MiB)"
-    assert cli.main(["inspect", str(tmp_path)]) == 0  # the folder's other artifacts are still shown
+    assert cli.main(["inspect", "-v", str(tmp_path)]) == 0  # the folder's other artifacts are still shown
     assert capsys.readouterr().out.splitlines()[:4] == [describe(huge), "", f"{tmp_path / 'small.json'}", "{"]
+    assert cli.main(["inspect", str(tmp_path)]) == 0  # and listed briefly, without reading the huge one
+    assert [line.split() for line in capsys.readouterr().out.splitlines()[1:]] == [
+        ["huge.json", "JSON,", "65.0", "MiB,", "too", "large", "to", "summarise"], ["small.json", "JSON,", "1", "keys"]]
 
 
 def test_a_pickled_init_lora_is_refused_saying_why(tmp_path):

@@ -55,7 +55,7 @@ def _inspect(args) -> None:
     from rewardloop.inspect import describe
 
     for path in args.paths:
-        print(describe(path))
+        print(describe(path, verbose=args.verbose))
 
 
 def _objectives(args) -> None:
@@ -123,6 +123,8 @@ def parser() -> argparse.ArgumentParser:
     inspect = commands.add_parser("inspect", help="summarise artifacts (Parquet, safetensors, JSON, folders)")
     inspect.add_argument("paths", nargs="+", metavar="PATH",
                          help="a .parquet, .safetensors or .json artifact, or a folder (its artifacts, recursively)")
+    inspect.add_argument("-v", "--verbose", action="store_true",
+                         help="a folder's artifacts in full, as a file is shown (default: one line per artifact)")
     inspect.set_defaults(func=_inspect)
 
     listing = commands.add_parser("objectives", help="list the training objectives (train.loss) and their options")

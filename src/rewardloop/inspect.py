@@ -1,4 +1,9 @@
-"""`rewardloop inspect PATH`: a readable summary of any artifact (Parquet, safetensors, JSON, folder)."""
+"""`rewardloop inspect PATH`: a readable summary of any artifact (Parquet, safetensors, JSON, folder).
+
+A file is described in full (columns, statistics, provenance, first row; tensor groups; JSON text). A
+folder is listed briefly, one line per artifact below it (its path and headline: rows, tensors, keys),
+unless ``verbose`` asks for every artifact in full.
+"""
 
 from __future__ import annotations
 
@@ -14,12 +19,15 @@ SUFFIXES = (".parquet", ".safetensors", ".json")
 MAX_JSON_BYTES = 64 * 2**20
 
 
-def describe(path: str | Path) -> str:
+def describe(path: str | Path, verbose: bool = False) -> str:
     path = Path(path)
     if path.is_dir():  # every artifact below it: results/iter_000/ also shows checkpoint/, metrics/, train/
-        files = sorted(p for p in path.rglob("*") if p.suffix in SUFFIXES and p.is_file()
-                       and not p.name.startswith(TEMP_PREFIX))
-        return "\n\n".join(describe(p) for p in files) if files else f"{path}: no artifacts"
+        files = artifacts_below(path)
+        if not files:
+            return f"{path}: no artifacts"
+        if verbose:
+            return "\n\n".join(describe(p) for p in files)
+        return _listing(path, files)
     if not path.exists():
         raise ArtifactError(f"{path}: file not found")
     if path.suffix == ".parquet":
@@ -29,6 +37,43 @@ def describe(path: str | Path) -> str:
     if path.suffix == ".json":
         return _describe_json(path)
     raise ArtifactError(f"{path}: unknown artifact type (expected .parquet, .safetensors, .json or a folder)")
+
+
+def artifacts_below(folder: Path) -> list[Path]:
+    """The artifacts at any depth below ``folder``, sorted (temporary files of unfinished writes left out)."""
+    return sorted(p for p in folder.rglob("*") if p.suffix in SUFFIXES and p.is_file() and not p.name.startswith(TEMP_PREFIX))
+
+
+def _listing(folder: Path, files: list[Path]) -> str:
+    """One line per artifact: its path below ``folder`` and its headline, read from the file's header only."""
+    names = [str(p.relative_to(folder)) for p in files]
+    width = max(map(len, names))
+    lines = [f"{folder}: {len(files)} artifacts (details: rewardloop inspect -v)"]
+    lines += [f"  {name.ljust(width)}  {headline(p)}" for name, p in zip(names, files)]
+    return "\n".join(lines)
+
+
+def headline(path: Path) -> str:
+    """What an artifact is in a few words: ``Parquet, 8 rows, 12 columns``, ``safetensors, 24 tensors``,
+    ``JSON, 5 keys``; an unreadable one says so rather than stopping the listing."""
+    try:
+        if path.suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            meta = pq.read_metadata(path)
+            return f"Parquet, {meta.num_rows} rows, {meta.num_columns} columns"
+        if path.suffix == ".safetensors":
+            from safetensors import safe_open
+
+            with safe_open(str(path), framework="np") as fh:
+                return f"safetensors, {len(list(fh.keys()))} tensors"
+        size = path.stat().st_size
+        if size > MAX_JSON_BYTES:
+            return f"JSON, {size / 2**20:.1f} MiB, too large to summarise"
+        value = json.loads(path.read_text(encoding="utf-8"))
+        return f"JSON, {len(value)} keys" if isinstance(value, dict) else f"JSON, {type(value).__name__}"
+    except Exception as exc:  # one broken file must not hide the others; `inspect FILE` says where it breaks
+        return f"unreadable ({type(exc).__name__})"
 
 
 def _describe_json(path: Path) -> str:
