@@ -35,7 +35,7 @@ TRAINED_FILE = trained_file(config["train"]["adapter"])
 CHECKPOINT_FILE = checkpoint_file(config["train"]["adapter"])
 OFFLINE_DIR = RUN.offline_dir
 EVAL_CFG = eval_config(config)  # what an eval job reads: the same for the base model and every iteration
-# eval.also_at_guidance: each scale's eval (rule eval_at_guidance), and {name: what its eval jobs read}.
+# eval.also_at_guidance: each scale's eval, and {name: what its eval jobs read} (for rule eval_at_guidance).
 GUIDANCE_EVALS = layout.guidance_evals(config["eval"].get("also_at_guidance"))
 GUIDANCE_EVAL_CFG = {evaluation.name: eval_config(config, evaluation.scale) for evaluation in GUIDANCE_EVALS}
 GUIDANCE_EVAL_FILES = [evaluation.table for evaluation in GUIDANCE_EVALS] + [
