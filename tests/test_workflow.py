@@ -33,14 +33,11 @@ def jobs_run(result: subprocess.CompletedProcess) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory, tiny_model, repo_root):
-    """A finished 2-iteration run; tests only read it (see ``module_run_stays_as_it_was``).
-    Rollouts in 3 batches of 6 and scoring in 2 of 16, so that 2 shards of either are a valid config."""
-    work = tmp_path_factory.mktemp("run")
-    write_overlay(work, tiny_overlay(tiny_model, tracking={"enabled": False},  # MLflow: test_tracking.py
-                                     generate={"batch_size": 6}))
-    snakemake(work)
-    return work
+def workdir(finished_run):
+    """The session's finished 2-iteration run (conftest's ``finished_run``); tests only read it (see
+    ``module_run_stays_as_it_was``). Rollouts in 3 batches of 6 and scoring in 2 of 16, so that 2 shards
+    of either are a valid config."""
+    return finished_run
 
 
 def run_files(workdir: Path) -> dict:
