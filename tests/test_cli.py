@@ -49,6 +49,11 @@ def test_score_help_is_plain_text():
     assert "(default: 8)" in out.stdout
 
 
+def test_serve_reward_is_a_subcommand():
+    out = run("serve-reward", "--help")
+    assert out.returncode == 0 and "--reward NAME" in out.stdout and "127.0.0.1" in out.stdout, out
+
+
 def test_closed_pipe_ends_quietly(tmp_path):
     """`rewardloop inspect ... | head -n 1`: no "Broken pipe", no traceback, the status of `cat` in the
     same place (141); output beyond the pipe's buffer, so that the write does meet the closed pipe."""
