@@ -6,7 +6,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from rewardloop import results_layout as layout
-from rewardloop.config import eval_config, stage_config
+from rewardloop.runtime.job_config import eval_config, stage_config
 from rewardloop.experiments import RUN_KEY as FANOUT_RUN_KEY
 from rewardloop.objectives import get_objective
 from rewardloop.runtime import resources as job_gpus

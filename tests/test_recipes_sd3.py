@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from rewardloop.config import _drop_null_rewards, _Validator, check_objective, load_schema, refuse_moved_keys
+from rewardloop.config import check_objective, load_schema, refuse_moved_keys
+from rewardloop.config.defaults import drop_null_rewards
+from rewardloop.config.schema import Validator
 
 from workflow_helpers import ROOT
 
@@ -14,9 +16,9 @@ from workflow_helpers import ROOT
                                         ("tiny_sd3_grpo", "grpo"), ("tiny_sd3_nft", "nft")])
 def test_recipe_matches_the_schema(name, loss):
     config = yaml.safe_load((ROOT / "configs" / f"{name}.yaml").read_text())
-    _drop_null_rewards(config)  # as config.validate does (the recipe drops config.yaml's color_match)
+    drop_null_rewards(config)  # as config.validate does (the recipe drops config.yaml's color_match)
     refuse_moved_keys(config)
-    errors = [f"{list(e.path)}: {e.message}" for e in _Validator(load_schema()).iter_errors(config)]  # fills defaults
+    errors = [f"{list(e.path)}: {e.message}" for e in Validator(load_schema()).iter_errors(config)]  # fills defaults
     assert errors == []
     assert config["model"]["family"] == "sd3" and config["train"]["loss"] == loss
     check_objective(config)  # the objective fits the family; GRPO's step strategy fits the steps

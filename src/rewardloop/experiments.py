@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from rewardloop import results_layout as layout
-from rewardloop.config import ConfigError, eval_config, guidance_evals, validate
+from rewardloop.config import ConfigError, validate
+from rewardloop.runtime.job_config import eval_config, guidance_evals
 from rewardloop.mappings import deep_merge
 
 # The keys of the run's config that tell a fan-out's run where it lives (rules/common.smk reads them).

@@ -19,10 +19,6 @@ from rewardloop.mappings import deep_merge  # config.deep_merge: recipes, tests
 from rewardloop.runtime.job_config import (JOB_SPLIT_KEYS, eval_config, guidance_evals, input_identities,
                                            stage_config)
 
-# The earlier private names that tests/test_recipes_sd3.py imports from here.
-from rewardloop.config.defaults import drop_null_rewards as _drop_null_rewards
-from rewardloop.config.schema import Validator as _Validator
-
 __all__ = [
     "ConfigError", "JOB_SPLIT_KEYS", "OVERLAP_IDS", "SCHEMA_PATH", "check_existing_iterations", "check_objective",
     "check_semantics", "check_shards", "complete", "deep_merge", "eval_config", "guidance_evals", "input_identities",

@@ -21,6 +21,7 @@ def check_semantics(config: dict) -> None:
     """Checks beyond the schema: sizes, files on disk, prompts the rewards can score."""
     from rewardloop.models import lora, loading as models
     from rewardloop import prompts, rewards
+    from rewardloop.rewards.remote.client import check_remote_rewards
 
     if config["generate"]["resolution"] % 8:
         raise ConfigError(
@@ -54,6 +55,10 @@ def check_semantics(config: dict) -> None:
             rewards.check_options(section or {}, key=key)
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc
+    try:  # a remote reward's server answers as configured, before any job starts
+        check_remote_rewards(sections)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
     for key in ("train", "eval"):
         loaded = prompts.load_prompts(config["prompts"][key], key=f"prompts.{key}")
         for prompt_id, prompt in zip(loaded.prompt_id, loaded.prompt):

@@ -43,6 +43,7 @@ def input_identities(config: Mapping, sections) -> dict[str, str]:
     builds (model.build_tiny) is a Snakemake input instead."""
     from rewardloop.models.fingerprint import fingerprint, is_local
     from rewardloop.rewards.base import path_options
+    from rewardloop.rewards.remote.client import remote_identities
 
     found = {}
     if "model" in sections:
@@ -61,6 +62,7 @@ def input_identities(config: Mapping, sections) -> dict[str, str]:
             for option in path_options(name) if isinstance(value, Mapping) else ():
                 if value.get(option) and is_local(value[option]):
                     found[f"{key}.{name}.{option}"] = fingerprint(value[option])
+        found.update(remote_identities(rewards, key=key))  # what the server reports it serves
     return found
 
 

@@ -11,6 +11,7 @@ from rewardloop.models.families import get_family
 
 from rewardloop import prompts
 from rewardloop.artifacts import provenance, write_table
+from rewardloop.runtime.job_config import eval_guidance_scale
 from rewardloop.sampling.ddim import sample_seed
 from rewardloop.stages.common import rollout, timed, to_arrow, torch_setup, write_metrics
 from rewardloop.stages.generate import sampler_settings
@@ -30,7 +31,7 @@ def run(cfg, iteration, lora_dir, eval_path, metrics_path, threads=1, progress=T
     table = prompts.load_prompts(cfg["prompts"]["eval"], key="prompts.eval")
     seeds = [[sample_seed(s, EVAL_STREAM, i, 0) for s in cfg["eval"]["seeds"]] for i in range(len(table))]
     settings = sampler_settings(cfg["generate"], steps=cfg["eval"]["steps"], eta=0.0,
-                                guidance_scale=cfg["eval"].get("guidance_scale"))
+                                guidance_scale=eval_guidance_scale(cfg))
     with timed(metrics, f"perf/{name}_time"):
         rows, _, _ = rollout(pipe, get_family(cfg["model"]["family"]), table, seeds, settings, cfg["generate"]["batch_size"],
                              id_prefix="eval", progress=progress, desc=name)

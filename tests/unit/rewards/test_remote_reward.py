@@ -332,3 +332,28 @@ def test_a_failing_reward_fails_every_request_of_its_batch():
 
     with pytest.raises(RuntimeError, match="model fell over"):
         MicroBatcher(score, batch_size=2).submit([1, 2, 3], ["p"] * 3).result(10)
+
+
+def served_config(repo_root, url: str) -> dict:
+    """The default config scoring with one remote reward instead of its local color_match."""
+    from rewardloop.config import load
+
+    return load(repo_root / "config.yaml", {"rewards": {"color_match": None, "served": remote(url, reward="color_match", retries=0)}})
+
+
+def test_validate_stops_a_run_whose_remote_server_is_unreachable(repo_root):
+    from rewardloop.config import ConfigError
+
+    url = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(ConfigError) as caught:
+        served_config(repo_root, url)
+    assert "'rewards.served.remote'" in str(caught.value) and url in str(caught.value), caught.value
+
+
+def test_the_jobs_params_carry_what_the_server_serves(repo_root, color_server):
+    from rewardloop.runtime.job_config import input_identities
+
+    url, _ = color_server
+    identities = input_identities(served_config(repo_root, url), ("rewards", "eval"))
+    assert json.loads(identities["rewards.served.remote"]) == {
+        "reward": "color_match", "options": {"max_distance": 100}, "fingerprint": {}}
