@@ -1,7 +1,7 @@
 """What the content fingerprint of a model folder costs at every snakemake start, against hashing it all.
 
 Builds (once) a ``--size full`` SD1.5 replica (8.2 GB with its fp16 variants) unless ``--model``
-names a folder, then times models.fingerprint.fingerprint in a fresh process (no stat cache) and a
+names a folder, then times rewardloop.fingerprint.fingerprint in a fresh process (no stat cache) and a
 sha256 of every byte, and prints the bytes each reads and the ratio.
 Usage: python bench/bench_fingerprint.py [--model DIR] [--out /tmp/rewardloop-bench-sd15-full]
 """
@@ -39,7 +39,7 @@ def main() -> None:
             from rewardloop.models.replicas import build_replica
 
             build_replica("sd15", folder, size="full")
-    code = ("import time, sys; from rewardloop.models.fingerprint import fingerprint; t = time.perf_counter(); "
+    code = ("import time, sys; from rewardloop.fingerprint import fingerprint; t = time.perf_counter(); "
             "f = fingerprint(sys.argv[1]); print(f, time.perf_counter() - t)")
     runs = [subprocess.run([sys.executable, "-c", code, str(folder)], capture_output=True, text=True, check=True)
             .stdout.split() for _ in range(3)]

@@ -38,10 +38,10 @@ def stage_config(config: Mapping, *sections: str, keep: Mapping[str, tuple[str, 
 
 def input_identities(config: Mapping, sections) -> dict[str, str]:
     """{config key: fingerprint} of the files outside results/ that these sections make a job read: the
-    base model, model.init_lora, the rewards' checkpoints (models.fingerprint). In a job's params, a
+    base model, model.init_lora, the rewards' checkpoints (rewardloop.fingerprint). In a job's params, a
     changed file reruns the jobs that read it, though its path stays the same; a model folder a rule
     builds (model.build_tiny) is a Snakemake input instead."""
-    from rewardloop.models.fingerprint import fingerprint, is_local
+    from rewardloop.fingerprint import fingerprint, is_local
     from rewardloop.rewards.base import path_options
     from rewardloop.rewards.remote.client import remote_identities
 

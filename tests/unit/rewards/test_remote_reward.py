@@ -91,7 +91,7 @@ def test_health_says_reward_options_fingerprint_and_limits(color_server):
 
 
 def test_checkpoint_fingerprint_is_the_workflows_and_follows_the_weights(tmp_path):
-    from rewardloop.models.fingerprint import fingerprint
+    from rewardloop.fingerprint import fingerprint
 
     checkpoint = tmp_path / "HPS_v2.1_compressed.pt"
     checkpoint.write_bytes(b"weights one")

@@ -1,7 +1,7 @@
 """The HTTP app that serves one registered reward (``rewardloop serve-reward``), built on FastAPI.
 
 ``GET /health`` says what is served: the reward, its options, the fingerprint of each checkpoint it
-reads (``models.fingerprint``, as the workflow identifies a local reward's weights) and the limits.
+reads (``rewardloop.fingerprint``, as the workflow identifies a local reward's weights) and the limits.
 ``POST /score`` scores a ``rewardloop/1`` request (``wire``) through one ``MicroBatcher``. With a
 token, every route answers 401 without ``Authorization: Bearer <token>``. Nothing a client sends is
 unpickled or evaluated: it is JSON, and images are decoded by PIL as PNG or JPEG only.
@@ -39,7 +39,7 @@ log = logging.getLogger("rewardloop.serve_reward")
 
 def checkpoint_fingerprints(name: str, options: Mapping) -> dict[str, str]:
     """``{option: fingerprint}`` of the local files reward ``name`` reads (its ``PATH_OPTIONS``)."""
-    from rewardloop.models.fingerprint import fingerprint, is_local
+    from rewardloop.fingerprint import fingerprint, is_local
     from rewardloop.rewards.base import path_options
 
     return {option: fingerprint(options[option]) for option in path_options(name)
