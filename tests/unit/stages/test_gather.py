@@ -13,7 +13,7 @@ from rewardloop.runtime.sharding import ShardError
 from rewardloop.stages import gather
 from rewardloop.stages.common import to_arrow
 
-from stage_tables import image_frame, write_images
+from image_tables import image_frame, write_images
 
 
 def test_samples_shards_join_in_order_with_their_tensors_and_summed_metrics(tmp_path):

@@ -10,7 +10,7 @@ import pytest
 from rewardloop.artifacts import write_json
 from rewardloop.stages import guard, health
 
-from stage_tables import image_frame, write_images
+from image_tables import image_frame, write_images
 
 THRESHOLDS = {"dark_fraction_rise": 0.3, "bright_fraction_rise": 0.3, "colour_entropy_ratio": None,
               "diversity_ratio": None, "high_frequency_ratio": None, "gold_drop": 0.1}

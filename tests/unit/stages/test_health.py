@@ -8,7 +8,7 @@ from rewardloop.artifacts import ArtifactError, read_provenance, read_table
 from rewardloop.monitors.image_health import STATISTICS
 from rewardloop.stages import health
 
-from stage_tables import image_frame, write_images
+from image_tables import image_frame, write_images
 
 
 def test_one_row_per_source_with_its_image_count_and_statistics(tmp_path):

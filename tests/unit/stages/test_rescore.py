@@ -12,7 +12,7 @@ from rewardloop.artifacts import decode_image, read_provenance, read_table
 from rewardloop.rewards.jpeg import jpeg_size_kb
 from rewardloop.stages import rescore
 
-from stage_tables import image_frame, write_images
+from image_tables import image_frame, write_images
 
 GOLD = {"gold": {"jpeg_incompressibility": 1.0}, "score": {"batch_size": 2}}
 
