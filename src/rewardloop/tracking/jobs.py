@@ -23,7 +23,8 @@ def start_parent_run(config: Mapping, run_json, repo: str | os.PathLike | None =
     """Rule tracking_run: create ONE parent run (starting at ``start_ms``, the workflow run's start,
     when known) and write its id (or the failure) to ``run_json``."""
     uri = tracking_uri()
-    marker = {"status": "ok", "tracking_uri": uri, "experiment": config.get("tracking", {}).get("experiment", "rewardloop")}
+    experiment = config.get("tracking", {}).get("experiment", "rewardloop")
+    marker = {"status": "ok", "tracking_uri": uri, "experiment": experiment}
     with marking(marker, run_json, answered=False) as job:
         mlflow_client = client(uri, first_contact=True)
         job.answered = True

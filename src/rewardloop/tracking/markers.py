@@ -53,8 +53,8 @@ def marking(marker: dict, path, answered: bool = True) -> Iterator[Marking]:
         marker.update(status="failed", reason=f"{type(exc).__name__}: {exc}".strip()[:2000], summary=summary(exc),
                       retryable=retryable(exc, answered=job.answered), seconds=job.seconds())
         print(f"tracking FAILED (the workflow goes on; `snakemake --forcerun <rule>` logs again; "
-              f"{'retryable' if marker['retryable'] else 'not retryable'}, {marker['seconds']:.1f}s): {marker['reason']}",
-              file=sys.stderr, flush=True)
+              f"{'retryable' if marker['retryable'] else 'not retryable'}, {marker['seconds']:.1f}s): "
+              f"{marker['reason']}", file=sys.stderr, flush=True)
         traceback.print_exc()
     write_json(marker, path)
 

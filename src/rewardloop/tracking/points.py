@@ -181,7 +181,8 @@ def base_points(metrics_file, table, benchmark, guidance_metrics: Mapping[str, s
     ts = mtime_ms(metrics_file)
     points = [(k, v, ts, step) for k, v in stage_metrics("eval", json.loads(Path(metrics_file).read_text())).items()]
     for name, path in (guidance_metrics or {}).items():
-        points += [(k, v, mtime_ms(path), step) for k, v in stage_metrics(name, json.loads(Path(path).read_text())).items()]
+        metrics = stage_metrics(name, json.loads(Path(path).read_text()))
+        points += [(k, v, mtime_ms(path), step) for k, v in metrics.items()]
     more, copies = table_points(table, "eval", step, raw=False)
     points = without_copies(points + more, {"eval": copies})
     bench = benchmark_seconds(benchmark)
