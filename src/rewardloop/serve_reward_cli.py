@@ -93,17 +93,10 @@ def add_parser(subparsers) -> None:
 
 
 def main(argv=None) -> int:
-    """``python -m rewardloop.serve_reward_cli``: the same command outside ``rewardloop``."""
-    parser = argparse.ArgumentParser(prog="rewardloop serve-reward", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        run(args)
-    except (ValueError, RuntimeError, OSError) as exc:
-        print(f"rewardloop serve-reward: error: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    """``python -m rewardloop.serve_reward_cli``: the same command outside ``rewardloop`` (its errors too)."""
+    from rewardloop import cli
+
+    return cli.main(["serve-reward", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":
