@@ -33,7 +33,7 @@ def served(reward: str, batch_size: int):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    process = subprocess.Popen([sys.executable, "-m", "rewardloop.serve_reward_cli", "--reward", reward,
+    process = subprocess.Popen([sys.executable, "-m", "rewardloop.cli", "serve-reward", "--reward", reward,
                                 "--batch-size", str(batch_size), "--port", str(port), "--log-level", "warning"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ.copy())
     url = f"http://127.0.0.1:{port}"

@@ -50,7 +50,7 @@ def running(command: list[str], log: Path, env=None):
 
 
 def serve_reward(*args: str) -> list[str]:
-    return [sys.executable, "-m", "rewardloop.serve_reward_cli", *args, "--port"]
+    return [sys.executable, "-m", "rewardloop.cli", "serve-reward", *args, "--port"]
 
 
 def stand_in(mode: str) -> list[str]:

@@ -90,14 +90,3 @@ def add_parser(subparsers) -> None:
                                   description=__doc__)
     add_arguments(serve)
     serve.set_defaults(func=run)
-
-
-def main(argv=None) -> int:
-    """``python -m rewardloop.serve_reward_cli``: the same command outside ``rewardloop`` (its errors too)."""
-    from rewardloop import cli
-
-    return cli.main(["serve-reward", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    sys.exit(main())
