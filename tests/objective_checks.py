@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -307,6 +308,20 @@ def gaussian_log_likelihood(x, mean, scale) -> torch.Tensor:
     """log N(x; mean, scale^2 I), averaged over the latent dimensions (flow_grpo's convention), float64."""
     x, mean = x.double(), mean.double()
     return (-((x - mean) ** 2) / (2 * scale**2) - math.log(scale) - 0.5 * math.log(2 * math.pi)).mean(dim=(1, 2, 3))
+
+
+def reference_nft_loss(v, v_old, x_t, x0, t, advantages, beta, clip):
+    """NVlabs/DiffusionNFT train_nft_sd3.py's policy loss, written out sample by sample in float64."""
+    total = 0.0
+    for i in range(len(v)):
+        r = min(max(advantages[i], -clip), clip) / clip / 2.0 + 0.5
+        branch = []
+        for velocity in (beta * v[i] + (1 - beta) * v_old[i], (1 + beta) * v_old[i] - beta * v[i]):
+            error = (x_t[i] - t[i] * velocity) - x0[i]
+            weight = max(np.abs(error).mean(), 1e-5)
+            branch.append((error**2).mean() / weight)
+        total += r * branch[0] / beta + (1 - r) * branch[1] / beta
+    return clip * total / len(v)
 
 
 # --- tiny pipelines (random init, in memory) ---------------------------------------------------

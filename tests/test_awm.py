@@ -13,10 +13,9 @@ import torch
 
 from objective_checks import (clean_latent_micro_batch, config, flow_velocity, three_velocities, tiny_transformer,
                               trained)
+from objective_inputs import FlowStep, held_out_flow_matching_shift, nft_inputs
 from rewardloop.objectives.awm import ema_decay, matching_log_prob, stratified_grid_indices
 from rewardloop.objectives.registry import ObjectiveError
-
-from test_objective_direction import FlowStep, held_out_flow_matching_shift, nft_inputs
 
 
 def awm_config(**awm):

@@ -79,7 +79,7 @@ def test_registered():
 
 
 def test_the_reward_takes_the_domain_from_its_neutral_module_not_from_the_models_wing():
-    from test_import_cycles import graph
+    from import_graph import graph
 
     imported = graph()["rewardloop.rewards.color_match"]
     assert "rewardloop.shape_domain" in imported

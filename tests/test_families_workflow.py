@@ -9,7 +9,7 @@ from safetensors.torch import load_file
 from model_helpers import outputs_before_and_after_lora
 from workflow_helpers import snakemake, tiny_overlay, write_overlay
 
-from test_full_and_offline import write_pickapic
+from training_inputs import write_pickapic
 
 pytestmark = pytest.mark.workflow
 

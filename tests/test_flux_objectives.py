@@ -30,15 +30,13 @@ import torch
 import torch.nn.functional as F
 
 from objective_checks import (FLUX_DEV, FLUX_SCHNELL, clean_latent_micro_batch, config, flux_velocity, pair_inputs,
-                              prompt_embeds, style_latents, three_velocities, train, trained)
+                              prompt_embeds, reference_nft_loss, style_latents, three_velocities, train, trained)
+from objective_inputs import (BAD, GOOD, CPSStep, FlowStep, held_out_flow_matching_shift, held_out_lean, nft_inputs,
+                              rollout_inputs)
 from rewardloop.models.families import get_family
 from rewardloop.objectives import get_objective
 from rewardloop.objectives.registry import TrainingInputs
 from rewardloop.training.trainer import Trainer
-
-from test_nft import reference_nft_loss
-from test_objective_direction import (BAD, GOOD, CPSStep, FlowStep, held_out_flow_matching_shift, held_out_lean,
-                                      nft_inputs, rollout_inputs)
 
 FLUX = get_family("flux")
 torch.set_num_threads(1)

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import io
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 
 from rewardloop import config as cfgmod
-from rewardloop.models import loading as models, synthetic
+from rewardloop.models import loading as models
 from rewardloop.signal import offline_pairs
 from rewardloop.objectives import TrainingInputs, get_objective
 from rewardloop.objectives.preference import PairData, concat_pairs, load_pairs
@@ -22,34 +19,13 @@ from rewardloop.stages import train
 from rewardloop.training.trainer import Trainer
 
 from model_helpers import probe
-
-ROOT = Path(__file__).resolve().parents[1]
+from training_inputs import png, write_pickapic
+from workflow_helpers import ROOT
 
 
 def validated(**sections) -> dict:
     prompts = {k: str(ROOT / f"resources/prompts/{k}.txt") for k in ("train", "eval")}
     return cfgmod.validate({"prompts": prompts, **sections})
-
-
-def png(array: np.ndarray) -> bytes:
-    from PIL import Image
-
-    buffer = io.BytesIO()
-    Image.fromarray(array).save(buffer, format="PNG")
-    return buffer.getvalue()
-
-
-def write_pickapic(path: Path, n: int = 6, size: int = 48) -> pd.DataFrame:
-    """Rendered synthetic images in the Pick-a-Pic layout; labels 1, 0 and one tie."""
-    rng = np.random.default_rng(0)
-    prompts = synthetic.split_prompts(0)[0]
-    first, captions = synthetic.make_batch(rng, n, prompts, size)
-    second, _ = synthetic.make_batch(rng, n, prompts, size)
-    labels = [1.0, 0.0, 0.5, 1.0, 0.0, 1.0][:n]
-    frame = pd.DataFrame({"caption": captions, "jpg_0": [png(a) for a in first], "jpg_1": [png(a) for a in second],
-                          "label_0": labels, "label_1": [1 - x for x in labels]})
-    frame.to_parquet(path)
-    return frame
 
 
 def synthetic_pairs(n=6, seed=0) -> PairData:

@@ -12,6 +12,7 @@ from rewardloop.config import load
 from rewardloop.objectives.grpo import clipped_policy_loss, kl_to_reference
 from rewardloop.stages import advantages, generate, score, train
 
+from training_inputs import grpo_config
 from workflow_helpers import ROOT
 
 
@@ -33,19 +34,6 @@ def test_kl_to_reference_by_hand():
     assert kl.tolist() == pytest.approx([1.0 / (2 * 0.25), 4.0 / (2 * 4.0)])
 
 
-def _cfg(model, **train):
-    overrides = {
-        "model": {"path": str(model), "build_tiny": False},
-        "prompts": {"train": str(ROOT / "resources/prompts/train.txt"), "eval": str(ROOT / "resources/prompts/eval.txt")},
-        "generate": {"prompts_per_iteration": 3, "images_per_prompt": 4, "steps": 4, "batch_size": 16,
-                     "sde": {"num_sde_steps": 2, "window_range": [0, 4]}},
-        "advantages": {"globalize_reward_std": False},
-        "train": {"batch_size": 6, "gradient_accumulation_steps": 1, "checkpointing_steps": 100,
-                  "learning_rate": 1e-3, **train},
-    }
-    return load(ROOT / "configs/tiny_sd3_grpo.yaml", overrides)
-
-
 def _iteration(cfg, work, it, lora_dir=None):
     folder = work / f"iter_{it:03d}"
     generate.run(cfg, it, lora_dir, folder / "samples.parquet", folder / "latents.safetensors",
@@ -60,7 +48,7 @@ def _iteration(cfg, work, it, lora_dir=None):
 
 
 def test_rollout_records_sde_steps(tiny_sd3_model, tmp_path):
-    cfg = _cfg(tiny_sd3_model)
+    cfg = grpo_config(tiny_sd3_model)
     folder = tmp_path / "iter_000"
     generate.run(cfg, 0, None, folder / "samples.parquet", folder / "latents.safetensors", folder / "m.json",
                  progress=False, record_sde=True)
@@ -78,14 +66,14 @@ def test_rollout_records_sde_steps(tiny_sd3_model, tmp_path):
 def test_grpo_iterations_align_train_and_learn(tiny_sd3_model, tmp_path):
     """Fresh LoRA: recomputed log-probs equal the stored ones; a trained LoRA, fused for sampling and
     unfused for training, drifts < 1e-4 under debug_alignment; real training moves the ratio."""
-    cfg = _cfg(tiny_sd3_model)
+    cfg = grpo_config(tiny_sd3_model)
     folder, metrics = _iteration(cfg, tmp_path, 0)
     first = metrics["history"][0]
     assert first["train/log_prob_mean_abs_diff"] <= 1e-5  # before the first update: same weights
     assert metrics["history"][-1]["train/clipfrac"] > 0  # clipping engages after an update
     assert all(math.isfinite(h["train/kl_loss"]) for h in metrics["history"])
 
-    debug = _cfg(tiny_sd3_model, grpo={"debug_alignment": True})
+    debug = grpo_config(tiny_sd3_model, grpo={"debug_alignment": True})
     before = read_tensors(folder / "train/pytorch_lora_weights.safetensors")
     folder1, metrics1 = _iteration(debug, tmp_path, 1, lora_dir=str(folder / "train"))
     after = read_tensors(folder1 / "train/pytorch_lora_weights.safetensors")
@@ -96,7 +84,7 @@ def test_grpo_iterations_align_train_and_learn(tiny_sd3_model, tmp_path):
 
 
 def test_deterministic_runs_give_identical_loras(tiny_sd3_model, tmp_path):
-    cfg = _cfg(tiny_sd3_model, deterministic=True)
+    cfg = grpo_config(tiny_sd3_model, deterministic=True)
     loras = []
     for run in ("a", "b"):
         folder, _ = _iteration(cfg, tmp_path / run, 0)
@@ -126,7 +114,7 @@ def test_grpo_on_sd15_via_ddim_with_eta(tiny_model, tmp_path):
 
 def test_resumed_grpo_training_matches_the_uninterrupted_run(tiny_sd3_model, tmp_path):
     """The in-stage state left behind (as by a killed job) is resumed, and the LoRA is the same."""
-    cfg = _cfg(tiny_sd3_model, checkpointing_steps=1, batch_size=3)
+    cfg = grpo_config(tiny_sd3_model, checkpointing_steps=1, batch_size=3)
     folder, metrics = _iteration(cfg, tmp_path, 0)
     assert metrics["resumed_from_step"] == 0 and metrics["steps"] >= 3
     first = read_tensors(folder / "train/pytorch_lora_weights.safetensors")

@@ -10,11 +10,11 @@ import math
 import pytest
 import torch
 
-from objective_checks import trained
+from objective_checks import train, trained
+from objective_inputs import FlowStep, held_out_lean, rollout_inputs
 from rewardloop.config import ConfigError, load
 from rewardloop.objectives.grpo import guard_ratio
 
-from test_objective_direction import FlowStep, held_out_lean, rollout_inputs, train
 from workflow_helpers import ROOT
 
 

@@ -15,7 +15,7 @@ from rewardloop.config import stage_config
 from rewardloop.models.loading import LORA_WEIGHTS
 from rewardloop.stages import train
 
-from test_training import pair_files, run_cfg  # noqa: F401  (fixtures: tiny model rollouts, pairs)
+from training_inputs import pair_files, run_cfg  # noqa: F401  (fixtures: tiny model rollouts, pairs)
 
 pytestmark = pytest.mark.workflow  # launches processes: slower than a unit test
 
@@ -74,7 +74,7 @@ ADVANTAGE_OBJECTIVES = {
 @pytest.fixture(scope="module", params=sorted(ADVANTAGE_OBJECTIVES))
 def advantage_files(request, tiny_sd3_model, tmp_path_factory):
     """(the objective's config, its iteration-0 advantages.parquet and latents.safetensors) on the tiny SD3."""
-    from test_grpo import _cfg
+    from training_inputs import grpo_config as _cfg
 
     from rewardloop.objectives import get_objective
     from rewardloop.stages import advantages, generate, score

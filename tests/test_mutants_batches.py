@@ -9,13 +9,13 @@ from __future__ import annotations
 import pytest
 import torch
 
+from meta_device import policy_on
 from objective_checks import config, pair_inputs, prompt_embeds, sd15_model_info
 from rewardloop.models.families import get_family
 from rewardloop.objectives import get_objective
 from rewardloop.objectives.registry import ModelInfo, ObjectiveError
 
 from test_batch_assembly import pair_objective, pairs, same
-from test_mutants_devices import policy_on
 
 
 def test_a_batch_of_one_pair():

@@ -10,7 +10,6 @@ tiny denoisers and the papers' formulas (objective_checks.py), not the project's
 
 from __future__ import annotations
 
-import contextlib
 import copy
 
 import pytest
@@ -18,54 +17,19 @@ import torch
 
 from objective_checks import (config, ddim_mean_reference, flow_sde_mean, flow_velocity, pair_inputs, prompt_embeds,
                               sd15_model_info, style_latents, tiny_transformer, tiny_unet)
+from meta_device import META, meta_items, on_meta, policy_on  # noqa: F401  (meta_items: a fixture)
+from objective_inputs import DDIMStep, FlowStep, nft_inputs, rollout_inputs
 from model_helpers import guided_eps, guided_velocity
 from rewardloop.objectives import get_objective
 from rewardloop.objectives.grpo import kl_to_reference
 from rewardloop.sampling.ddim_logprob import ddim_mean
 from rewardloop.sampling.sde import gaussian_log_prob, sde_step, step_mean, transition_log_prob
-from rewardloop.training.policy import Policy
-
-from test_objective_direction import DDIMStep, FlowStep, nft_inputs, rollout_inputs
-
-META = torch.device("meta")
-
-
-class Accelerator:
-    """What a loss reads of accelerate's Accelerator: the device, the ranks, autocast (off)."""
-
-    process_index, num_processes = 0, 1
-
-    def __init__(self, device):
-        self.device = torch.device(device)
-
-    def autocast(self):
-        return contextlib.nullcontext()
-
-
-def policy_on(device, model, reference=None, dtype=None) -> Policy:
-    """The policy a Trainer would build on ``device`` (a separate frozen reference, no adapter)."""
-    model = model.to(device=device, dtype=dtype)
-    if reference is not None:
-        reference = reference.to(device=device, dtype=dtype).requires_grad_(False)
-    return Policy(model, Accelerator(device), list(model.parameters()), reference)
-
-
-@pytest.fixture
-def meta_items(monkeypatch):
-    """The logged metrics call ``.item()``, which a meta tensor cannot answer: nan instead."""
-    item = torch.Tensor.item
-    monkeypatch.setattr(torch.Tensor, "item", lambda self: float("nan") if self.is_meta else item(self))
-
-
-def on_meta(*shapes):
-    return [torch.zeros(shape, device=META) for shape in shapes]
-
 
 # --- every loss runs where the policy is --------------------------------------------------------
 
 @pytest.mark.parametrize("guidance", [1.0, 2.0], ids=["plain", "cfg"])
 @pytest.mark.parametrize("step", [FlowStep(), DDIMStep()], ids=["sd3-flow-sde", "sd15-ddim"])
-def test_grpo_loss_is_computed_on_the_policy_device_in_fp32(meta_items, step, guidance):
+def test_grpo_loss_is_computed_on_the_policy_device_in_fp32(meta_items, step, guidance):  # noqa: F811
     inputs = rollout_inputs(step, step.denoiser(), [1, -1, 1, -1], [1.0, -1.0, 0.5, -0.5], seed=10)
     inputs.tensors["rollout/guidance_scale"] = torch.tensor(guidance)
     objective = get_objective("grpo").from_config(step.config(kl_beta=0.5), 0)
@@ -76,7 +40,7 @@ def test_grpo_loss_is_computed_on_the_policy_device_in_fp32(meta_items, step, gu
     assert set(logs) >= {"train/loss", "train/kl_loss", "train/clipfrac"}
 
 
-def test_nft_loss_is_computed_on_the_policy_device(meta_items):
+def test_nft_loss_is_computed_on_the_policy_device(meta_items):  # noqa: F811
     inputs = nft_inputs(1, seed=20)
     cfg = config("configs/tiny_sd3_grpo.yaml", loss="nft", batch_size=4, nft={"kl_beta": 0.5})
     objective = get_objective("nft").from_config(cfg, 0)
@@ -88,7 +52,7 @@ def test_nft_loss_is_computed_on_the_policy_device(meta_items):
 
 
 @pytest.mark.parametrize("loss", ["dpo", "sft"])
-def test_pair_losses_are_computed_on_the_policy_device_in_fp32(meta_items, loss):
+def test_pair_losses_are_computed_on_the_policy_device_in_fp32(meta_items, loss):  # noqa: F811
     inputs = pair_inputs(style_latents(0, 8, (4, 8, 8), 1), style_latents(1, 8, (4, 8, 8), 2), prompt_embeds(8, 64, 3))
     inputs.tensors["empty_prompt/prompt_embeds"] = prompt_embeds(1, 64, seed=4)[0]
     cfg = config("config.yaml", loss=loss, batch_size=4, hflip=True, proportion_empty_prompts=0.5)

@@ -18,6 +18,8 @@ import torch
 
 from objective_checks import (alphas_cumprod, clean_latent_micro_batch, config, flow_velocity, pair_inputs,
                               prompt_embeds, sd15_model_info, style_latents, tiny_transformer, tiny_unet)
+from objective_inputs import FlowStep, nft_inputs
+from meta_device import policy_on
 from model_helpers import guided_eps, guided_velocity
 from rewardloop.models.families import get_family
 from rewardloop.objectives import get_objective
@@ -27,8 +29,6 @@ from rewardloop.objectives.registry import ModelInfo
 from rewardloop.sampling.sde import sde_std
 from rewardloop.sampling.trajectory import StepRecorder
 
-from test_mutants_devices import policy_on
-from test_objective_direction import FlowStep, nft_inputs
 
 
 class Counting(torch.nn.Module):

@@ -13,21 +13,8 @@ from rewardloop.artifacts import read_table, read_tensors
 from rewardloop.objectives.nft import nft_policy_loss, old_policy_decay, optimality
 from rewardloop.stages import advantages, generate, score, train
 
-from test_grpo import _cfg
-
-
-def reference_nft_loss(v, v_old, x_t, x0, t, advantages, beta, clip):
-    """NVlabs/DiffusionNFT train_nft_sd3.py's policy loss, written out sample by sample in float64."""
-    total = 0.0
-    for i in range(len(v)):
-        r = min(max(advantages[i], -clip), clip) / clip / 2.0 + 0.5
-        branch = []
-        for velocity in (beta * v[i] + (1 - beta) * v_old[i], (1 + beta) * v_old[i] - beta * v[i]):
-            error = (x_t[i] - t[i] * velocity) - x0[i]
-            weight = max(np.abs(error).mean(), 1e-5)
-            branch.append((error**2).mean() / weight)
-        total += r * branch[0] / beta + (1 - r) * branch[1] / beta
-    return clip * total / len(v)
+from objective_checks import reference_nft_loss
+from training_inputs import grpo_config
 
 
 @pytest.mark.parametrize("beta", [1.0, 0.1])
@@ -81,7 +68,7 @@ def _nft_iteration(cfg, work, it, lora_dir=None):
 
 
 def test_nft_iterations_train_the_lora_and_carry_the_old_policy(tiny_sd3_model, tmp_path):
-    cfg = _cfg(tiny_sd3_model, loss="nft", nft={"timestep_fraction": 0.5})
+    cfg = grpo_config(tiny_sd3_model, loss="nft", nft={"timestep_fraction": 0.5})
     folder, metrics = _nft_iteration(cfg, tmp_path, 0)
     tensors = read_tensors(folder / "latents.safetensors")
     assert not any(k.startswith("trajectory/") for k in tensors)

@@ -17,7 +17,8 @@ from rewardloop.models import loading as models
 from rewardloop.models.families import get_family
 from rewardloop.training.trainer import Trainer
 
-from test_training_options import ROOT, synthetic_pairs
+from training_inputs import synthetic_pairs
+from workflow_helpers import ROOT
 
 PROMPTS = {k: str(ROOT / f"resources/prompts/{k}.txt") for k in ("train", "eval")}
 

@@ -11,9 +11,8 @@ import torch.nn.functional as F
 
 from objective_checks import (config, flow_velocity, pair_inputs, prompt_embeds, style_latents, tiny_transformer,
                               trained)
+from objective_inputs import BAD, GOOD, SD3_LATENT, FlowStep, held_out_flow_matching_shift
 from rewardloop.config import ConfigError
-
-from test_objective_direction import BAD, GOOD, SD3_LATENT, FlowStep, held_out_flow_matching_shift
 
 
 def sd3_pair_inputs(chosen, rejected, seed: int):

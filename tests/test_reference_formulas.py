@@ -18,8 +18,9 @@ import torch.nn.functional as F
 from objective_checks import (alphas_cumprod, clean_latent_micro_batch, config, cps_log_likelihood,
                               cps_mean_reference, ddim_mean_reference, ddim_std_reference, flow_sde_mean,
                               flow_velocity, gaussian_log_likelihood, pair_inputs, prompt_embeds, sd15_model_info,
-                              sd15_scheduler_config, style_latents, three_velocities, tiny_sd15_pipeline,
-                              tiny_sd3_pipeline, tiny_transformer, tiny_unet, trained)
+                              reference_nft_loss, sd15_scheduler_config, style_latents, three_velocities,
+                              tiny_sd15_pipeline, tiny_sd3_pipeline, tiny_transformer, tiny_unet, trained)
+from objective_inputs import CPSStep, DDIMStep, FlowStep, rollout_inputs
 from rewardloop.models.families import get_family
 from rewardloop.objectives.preference import HELD_STREAM
 from rewardloop.sampling.ddim import SamplerSettings
@@ -27,8 +28,6 @@ from rewardloop.sampling.ddim_logprob import ddim_mean, ddim_std, sample_ddim_re
 from rewardloop.sampling.flow import sample_flow
 from rewardloop.sampling.sde import gaussian_log_prob
 
-from test_nft import reference_nft_loss
-from test_objective_direction import CPSStep, DDIMStep, FlowStep, rollout_inputs
 
 
 # --- DDIM with eta (Song et al. 2021) ---------------------------------------------------------
@@ -316,7 +315,7 @@ def test_grpo_loss_equals_the_papers_on_a_micro_batch(tmp_path, step):
 def test_nft_loss_equals_the_reference_code_on_a_micro_batch(tmp_path):
     """DiffusionNFT's loss (NVlabs train_nft_sd3.py) on a micro-batch of the plan, with an old policy that
     differs from the trained one and the KL to the reference (the LoRA disabled)."""
-    from test_objective_direction import nft_inputs
+    from objective_inputs import nft_inputs
 
     inputs = nft_inputs(1, seed=20)
     inputs.signal["advantage"] = [1.5, -0.5, 0.2, -1.0, 2.0, -2.0, 0.7, -0.9] * 2

@@ -56,7 +56,7 @@ def _sdxl_trainer(tiny_sdxl_model, **train):
     from rewardloop.objectives import get_objective
     from rewardloop.objectives.registry import ModelInfo
     from rewardloop.training.trainer import Trainer
-    from test_training_options import full_cfg
+    from training_inputs import full_cfg
 
     pipe = models.load_pipeline({"family": "sdxl", "path": str(tiny_sdxl_model)})
     cfg = full_cfg(**train)

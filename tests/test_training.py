@@ -9,45 +9,14 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from rewardloop import config as cfgmod
 from rewardloop.models import loading as models
-from rewardloop.stages import generate, pairs, score, train
+from rewardloop.stages import train
 
 from model_helpers import probe
+from training_inputs import pair_files, run_cfg  # noqa: F401  (fixtures: tiny model rollouts, pairs)
 
 
-@pytest.fixture(scope="module")
-def run_cfg(tiny_model, repo_root):
-    cfg = cfgmod.validate(
-        {
-            "model": {"path": str(tiny_model), "build_tiny": False},
-            "prompts": {
-                "train": str(repo_root / "resources/prompts/train.txt"),
-                "eval": str(repo_root / "resources/prompts/eval.txt"),
-            },
-            "generate": {"prompts_per_iteration": 8, "images_per_prompt": 4, "steps": 5, "resolution": 32,
-                         "batch_size": 32},
-            "train": {"dpo": {"beta": 2000}, "learning_rate": 1e-3, "steps": 24, "batch_size": 8, "lr_scheduler": "constant",
-                      "checkpointing_steps": 5, "weight_decay": 0.0},
-            "device": "cpu",
-        }
-    )
-    return cfg
-
-
-@pytest.fixture(scope="module")
-def pair_files(run_cfg, tmp_path_factory):
-    out = tmp_path_factory.mktemp("iter")
-    gen_cfg = cfgmod.stage_config(run_cfg, "seed", "model", "prompts", "generate", "device")
-    generate.run(gen_cfg, 0, None, out / "samples.parquet", out / "latents.safetensors", out / "g.json",
-                 threads=2, progress=False)
-    score.run(cfgmod.stage_config(run_cfg, "rewards", "score"), out / "samples.parquet", out / "scores.parquet",
-              out / "s.json", progress=False)
-    pairs.run(cfgmod.stage_config(run_cfg, "pairs"), out / "scores.parquet", out / "pairs.parquet", out / "p.json")
-    return out
-
-
-def make_run(run_cfg, pair_files, train_overrides=None, seed=0) -> train.TrainingRun:
+def make_run(run_cfg, pair_files, train_overrides=None, seed=0) -> train.TrainingRun:  # noqa: F811
     """The train stage's own preparation: models, the DPO objective, the pairs, a fresh LoRA."""
     cfg = copy.deepcopy(run_cfg)
     cfg["train"].update(train_overrides or {})
@@ -55,7 +24,7 @@ def make_run(run_cfg, pair_files, train_overrides=None, seed=0) -> train.Trainin
     return train.prepare(cfg, 0, pair_files / "pairs.parquet", pair_files / "latents.safetensors", None)
 
 
-def test_dpo_loss_falls_accuracy_rises_reference_unchanged(run_cfg, pair_files, tmp_path):
+def test_dpo_loss_falls_accuracy_rises_reference_unchanged(run_cfg, pair_files, tmp_path):  # noqa: F811
     job = make_run(run_cfg, pair_files)
     unet = job.trainer.model
     unet.disable_adapters()
@@ -77,7 +46,7 @@ def test_dpo_loss_falls_accuracy_rises_reference_unchanged(run_cfg, pair_files, 
     assert (policy - reference_after).abs().max() > 1e-4
 
 
-def test_resume_from_in_stage_state_reproduces_uninterrupted_run(run_cfg, pair_files, tmp_path):
+def test_resume_from_in_stage_state_reproduces_uninterrupted_run(run_cfg, pair_files, tmp_path):  # noqa: F811
     from rewardloop.models.lora import save_lora
 
     short = {"steps": 8, "checkpointing_steps": 3}
@@ -100,7 +69,7 @@ def test_resume_from_in_stage_state_reproduces_uninterrupted_run(run_cfg, pair_f
     assert resumed_other == 0
 
 
-def test_export_publishes_lora_and_merged_pipeline(run_cfg, pair_files, tmp_path):
+def test_export_publishes_lora_and_merged_pipeline(run_cfg, pair_files, tmp_path):  # noqa: F811
     from diffusers import StableDiffusionPipeline
 
     from rewardloop.models.lora import save_lora
@@ -122,7 +91,7 @@ def test_export_publishes_lora_and_merged_pipeline(run_cfg, pair_files, tmp_path
     assert not list(tmp_path.glob("checkpoint/.tmp-*"))
 
 
-def test_export_refuses_non_finite_lora(run_cfg, tmp_path):
+def test_export_refuses_non_finite_lora(run_cfg, tmp_path):  # noqa: F811
     from safetensors.torch import save_file
 
     from rewardloop.stages import export
@@ -134,7 +103,7 @@ def test_export_refuses_non_finite_lora(run_cfg, tmp_path):
     assert not (tmp_path / "ck" / models.LORA_WEIGHTS).exists()
 
 
-def test_same_seed_gives_the_same_initial_adapter(run_cfg, pair_files):
+def test_same_seed_gives_the_same_initial_adapter(run_cfg, pair_files):  # noqa: F811
     first, second = make_run(run_cfg, pair_files).trainer, make_run(run_cfg, pair_files).trainer
     for a, b in zip(first.params, second.params):
         assert torch.equal(a, b)
@@ -142,7 +111,7 @@ def test_same_seed_gives_the_same_initial_adapter(run_cfg, pair_files):
     assert any(not torch.equal(a, b) for a, b in zip(first.params, other.params))
 
 
-def test_a_diverging_run_stops_naming_iteration_and_step_and_keeps_the_last_good_state(run_cfg, pair_files, tmp_path):
+def test_a_diverging_run_stops_naming_iteration_and_step_and_keeps_the_last_good_state(run_cfg, pair_files, tmp_path):  # noqa: F811
     """lr 1e30: the first Adam update makes the weights ~1e30 (finite), the next forward overflows.
     Training must stop there with an error naming the iteration and step, never save a broken state."""
     from rewardloop.training.state import STATE_FILE
@@ -159,7 +128,7 @@ def test_a_diverging_run_stops_naming_iteration_and_step_and_keeps_the_last_good
 
 
 @pytest.mark.parametrize("adapter", ["lora", "none"])
-def test_reference_previous_is_model_it_minus_1_from_iteration_1(run_cfg, pair_files, tmp_path, adapter):
+def test_reference_previous_is_model_it_minus_1_from_iteration_1(run_cfg, pair_files, tmp_path, adapter):  # noqa: F811
     """train.dpo.reference: previous at iteration 1 compares against model(0), so the policy (model(0)
     before its first update) starts at exactly log 2; reference: base starts elsewhere (model(0) vs base)."""
     files = (pair_files / "pairs.parquet", pair_files / "latents.safetensors")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 
@@ -11,35 +9,19 @@ from rewardloop import config as cfgmod
 from rewardloop.models import loading as models
 from rewardloop.models.families import get_family
 from rewardloop.objectives import get_objective
-from rewardloop.objectives.preference import PairData, flip_latents
+from rewardloop.objectives.preference import flip_latents
 from rewardloop.objectives.registry import ModelInfo
 from rewardloop.training.config import TrainConfig
 from rewardloop.training.optimizers import (OptimizerError, build_lr_scheduler, build_optimizer,
                                             effective_learning_rate)
 from rewardloop.training.trainer import Trainer
 
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def full_cfg(**train_overrides) -> dict:
-    """A validated config (schema defaults filled) with ``train_overrides``."""
-    prompts = {k: str(ROOT / f"resources/prompts/{k}.txt") for k in ("train", "eval")}
-    return cfgmod.validate({"train": train_overrides, "prompts": prompts})
+from training_inputs import full_cfg, synthetic_pairs
+from workflow_helpers import ROOT
 
 
 def train_cfg(**overrides) -> TrainConfig:
     return TrainConfig.from_section(full_cfg(**overrides)["train"])
-
-
-def synthetic_pairs(n=6, seed=0, dim=64) -> PairData:
-    gen = torch.Generator().manual_seed(seed)
-    return PairData(
-        chosen=torch.randn(n, 4, 8, 8, generator=gen),
-        rejected=torch.randn(n, 4, 8, 8, generator=gen),
-        embeds=torch.randn(n, 8, dim, generator=gen),
-        empty={"prompt_embeds": torch.zeros(8, dim)},
-    )
 
 
 def make_trainer(tiny_model, **overrides) -> tuple[Trainer, object]:

@@ -6,7 +6,7 @@ a reward server loads no diffusion code, and a change there cannot break a rewar
 wings share lives outside both (rewardloop.shape_domain: the synthetic shapes' colours and captions).
 
 Checked two ways: every import statement of every module under rewards/ (read with ast, those
-inside functions too, relative ones resolved; tests/test_import_cycles.py's reader), and what
+inside functions too, relative ones resolved; tests/import_graph.py's reader), and what
 importing every reward module actually loads, in a fresh interpreter.
 """
 
@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from test_import_cycles import imported, modules
+from import_graph import imported, modules
 
 MODEL_WING = ("rewardloop.models", "rewardloop.sampling", "rewardloop.objectives", "rewardloop.training",
               "rewardloop.stages")
