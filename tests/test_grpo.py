@@ -1,4 +1,5 @@
-"""Flow-GRPO on the tiny SD3 model: stage functions end to end, log-prob alignment, determinism."""
+"""Flow-GRPO on the tiny SD3 model: stage functions end to end, log-prob alignment, determinism; the loss on
+the policy's device, PPO's clip boundary and the startup check of each step strategy."""
 
 from __future__ import annotations
 
@@ -9,9 +10,12 @@ import torch
 
 from rewardloop.artifacts import read_table, read_tensors
 from rewardloop.config import load
+from rewardloop.objectives import get_objective
 from rewardloop.objectives.grpo import clipped_policy_loss, kl_to_reference
 from rewardloop.stages import advantages, generate, score, train
 
+from meta_device import META, meta_items, policy_on  # noqa: F401  (meta_items: a fixture)
+from objective_inputs import DDIMStep, FlowStep, rollout_inputs
 from training_inputs import grpo_config
 from workflow_helpers import ROOT
 
@@ -148,3 +152,37 @@ def test_grpo_startup_checks_name_the_key(family, sde, message):
     get_objective("grpo").check({**config, "model": {"family": family},
                                  "generate": {"steps": 10, "sde": {**config["generate"]["sde"], "noise_level": 1.0,
                                                                    "num_sde_steps": 2}}})
+
+
+# --- the loss where the policy is, PPO's clip boundary, each step strategy at startup -----------------------
+
+@pytest.mark.parametrize("guidance", [1.0, 2.0], ids=["plain", "cfg"])
+@pytest.mark.parametrize("step", [FlowStep(), DDIMStep()], ids=["sd3-flow-sde", "sd15-ddim"])
+def test_grpo_loss_is_computed_on_the_policy_device_in_fp32(meta_items, step, guidance):  # noqa: F811
+    inputs = rollout_inputs(step, step.denoiser(), [1, -1, 1, -1], [1.0, -1.0, 0.5, -0.5], seed=10)
+    inputs.tensors["rollout/guidance_scale"] = torch.tensor(guidance)
+    objective = get_objective("grpo").from_config(step.config(kl_beta=0.5), 0)
+    data = objective.load(inputs, step.model_info())
+    assert data.advantages.dtype == torch.float32  # the table's float64 advantages, as the rest: fp32
+    loss, logs = objective.loss(policy_on(META, step.denoiser(), step.denoiser()), data, (torch.tensor([2, 0]), 0))
+    assert loss.device == META and loss.dtype == torch.float32 and loss.shape == ()
+    assert set(logs) >= {"train/loss", "train/kl_loss", "train/clipfrac"}
+
+
+def test_a_ratio_exactly_at_the_clip_boundary_is_not_clipped():
+    """flow_grpo train_sd3.py: clipfrac = mean(|ratio - 1| > clip_range), strictly."""
+    log_prob, old = torch.tensor([0.3, -0.2, 0.0]), torch.zeros(3)
+    ratio = torch.exp(log_prob - old)
+    clip = float((ratio[0] - 1).abs())
+    _, clipfrac, _ = clipped_policy_loss(log_prob, old, torch.ones(3), clip)
+    assert clipfrac.item() == 0.0
+    _, clipfrac, _ = clipped_policy_loss(log_prob, old, torch.ones(3), clip * 0.999)
+    assert clipfrac.item() == pytest.approx(1 / 3)
+
+
+@pytest.mark.parametrize("strategy", [{"strategy": "sde_window", "num_sde_steps": 2, "window_range": [0, 10]},
+                                      {"strategy": "epoch_global_random_choice", "num_sde_steps": 2,
+                                       "candidate_steps": [1, 3, 5]}])
+def test_grpo_startup_check_accepts_each_strategy(strategy):
+    get_objective("grpo").check({"model": {"family": "sd3"},
+                                 "generate": {"steps": 10, "sde": {"noise_level": 0.7, **strategy}}})

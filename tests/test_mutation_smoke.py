@@ -35,7 +35,7 @@ MUTANTS = [
      ["tests/test_objective_direction.py::test_grpo_raises_the_likelihood_of_high_advantage_transitions"]),
     ("PPO surrogate taking the optimistic branch", "objectives/advantage_training.py",
      "loss = torch.maximum(unclipped, clipped).mean()", "loss = torch.minimum(unclipped, clipped).mean()",
-     ["tests/test_reference_formulas.py::test_grpo_loss_equals_the_papers_on_a_micro_batch"]),
+     ["tests/test_losses.py::test_grpo_loss_equals_the_papers_on_a_micro_batch"]),
     ("NFT optimality reversed", "objectives/nft.py",
      "return advantages.clamp(-clip_max, clip_max) / (2 * clip_max) + 0.5",
      "return 0.5 - advantages.clamp(-clip_max, clip_max) / (2 * clip_max)",

@@ -1,5 +1,7 @@
 """DiffusionNFT as published: the loss against an independent float64 computation of the reference
-code's formulas, the old policy's schedule, and iterations through the stage functions."""
+code's formulas, the old policy's schedule, and iterations through the stage functions; the loss on the
+policy's device and on a bfloat16 transformer, a KL weight below 1, and a plan that is a pure function of its
+seeds."""
 
 from __future__ import annotations
 
@@ -10,10 +12,13 @@ import pytest
 import torch
 
 from rewardloop.artifacts import read_table, read_tensors
+from rewardloop.objectives import get_objective
 from rewardloop.objectives.nft import nft_policy_loss, old_policy_decay, optimality
 from rewardloop.stages import advantages, generate, score, train
 
-from objective_checks import reference_nft_loss
+from meta_device import META, meta_items, policy_on  # noqa: F401  (meta_items: a fixture)
+from objective_checks import clean_latent_micro_batch, config, flow_velocity, reference_nft_loss, tiny_transformer
+from objective_inputs import FlowStep, nft_inputs
 from training_inputs import grpo_config
 
 
@@ -126,3 +131,88 @@ def test_the_old_policy_starts_as_the_trained_adapter_unless_it_was_loaded():
     loaded.extra["old"] = [torch.tensor([5.0, 5.0])]
     nft_objective(1).start(loaded, None)
     assert loaded.extra["old"][0].tolist() == [5.0, 5.0]
+
+
+# --- the loss where the policy is and in bfloat16, a KL weight below 1, a seeded plan -----------------------
+
+def test_nft_loss_is_computed_on_the_policy_device(meta_items):  # noqa: F811
+    inputs = nft_inputs(1, seed=20)
+    cfg = config("configs/tiny_sd3_grpo.yaml", loss="nft", batch_size=4, nft={"kl_beta": 0.5})
+    objective = get_objective("nft").from_config(cfg, 0)
+    data = objective.load(inputs, FlowStep().model_info())
+    policy = policy_on(META, tiny_transformer(), tiny_transformer(1))
+    policy.extra["old"] = [p.detach().clone() for p in policy.trainable]
+    loss, _ = objective.loss(policy, data, objective.plan(data, 1)[0][0])
+    assert loss.device == META and loss.shape == ()  # float64: the reference's adaptive weight is float64
+
+
+def test_nft_trains_a_bfloat16_transformer():
+    """NFT's velocities of a half-precision model: its inputs cast to its dtype, the loss as in fp32."""
+    inputs = nft_inputs(1, seed=20)
+    cfg = config("configs/tiny_sd3_grpo.yaml", loss="nft", batch_size=4, nft={"kl_beta": 0.0})
+    objective = get_objective("nft").from_config(cfg, 0)
+    data = objective.load(inputs, FlowStep().model_info())
+    micro = objective.plan(data, 1)[0][0]
+    losses = []
+    for dtype in (torch.float32, torch.bfloat16):
+        policy = policy_on("cpu", tiny_transformer(), dtype=dtype)
+        policy.extra["old"] = [p.detach().clone() for p in policy.trainable]
+        with torch.no_grad():
+            loss, _ = objective.loss(policy, data, micro)
+        assert torch.isfinite(loss)
+        losses.append(loss.item())
+    assert losses[1] == pytest.approx(losses[0], rel=0.05)
+
+
+def test_nft_adds_a_kl_weight_below_1():
+    """The reference's train.beta is 1e-4: kl_beta * mean((v - v_ref)^2) is added for any weight > 0."""
+    inputs = nft_inputs(1, seed=20)
+    cfg = config("configs/tiny_sd3_grpo.yaml", loss="nft", batch_size=4, nft={"kl_beta": 0.5})
+    objective = get_objective("nft").from_config(cfg, 0)
+    data = objective.load(inputs, FlowStep().model_info())
+    model, reference = tiny_transformer(0), tiny_transformer(1)
+    policy = policy_on("cpu", model, reference)
+    policy.extra["old"] = [p.detach().clone() for p in policy.trainable]
+    index, grid_index, noise_seed = objective.plan(data, 1)[0][0]
+    rows, x0, embeds, pooled = clean_latent_micro_batch(inputs, index)
+    t = inputs.tensors
+    sigma = t["rollout/sigmas"][grid_index]
+    noise = torch.randn(x0.shape, generator=torch.Generator().manual_seed(noise_seed))
+    x_t = (1 - sigma.view(-1, 1, 1, 1)) * x0 + sigma.view(-1, 1, 1, 1) * noise
+    with torch.no_grad():
+        kl = float(((flow_velocity(model, x_t, sigma, embeds, pooled)
+                     - flow_velocity(reference, x_t, sigma, embeds, pooled)) ** 2).mean())
+        got, logs = objective.loss(policy, data, (index, grid_index, noise_seed))
+    assert kl > 0 and logs["train/kl_loss"] == pytest.approx(kl, rel=1e-4)
+    assert got.item() - logs["train/policy_loss"] == pytest.approx(0.5 * kl, rel=1e-3)
+
+
+def nft_plan(data, iteration: int = 0, **nft):
+    cfg = config("configs/tiny_sd3_grpo.yaml", loss="nft", batch_size=4, gradient_accumulation_steps=1, nft=nft)
+    return get_objective("nft").from_config(cfg, iteration).plan(data, 1)
+
+
+def flat(plan) -> list[tuple]:
+    return [(tuple(index.tolist()), tuple(grid.tolist()), seed) for update in plan for index, grid, seed in update]
+
+
+def test_the_nft_plan_is_a_pure_function_of_seed_and_iteration():
+    from rewardloop.objectives.clean_latents import CleanLatentData
+
+    grid = torch.linspace(1.0, 0.05, 20)
+    data = CleanLatentData(torch.zeros(12, 1), torch.zeros(12), {"prompt_embeds": torch.zeros(12, 1)}, grid)
+    torch.manual_seed(1)
+    first = flat(nft_plan(data, timestep_fraction=0.15, inner_epochs=2))
+    torch.manual_seed(2)  # the global generator plays no part
+    assert flat(nft_plan(data, timestep_fraction=0.15, inner_epochs=2)) == first
+    other = flat(nft_plan(data, iteration=1, timestep_fraction=0.15, inner_epochs=2))
+    assert [m[2] for m in other] != [m[2] for m in first] and [m[1] for m in other] != [m[1] for m in first]
+    # Each inner epoch draws every sample a fresh permutation of the grid: no sample repeats its points.
+    points: dict[tuple[int, int], tuple] = {}
+    per_epoch = 3  # 12 samples in batches of 4
+    timesteps = 3  # int(20 x 0.15)
+    batches = [first[i: i + timesteps] for i in range(0, len(first), timesteps)]
+    for b, micros in enumerate(batches):
+        for j, sample in enumerate(micros[0][0]):
+            points[(b // per_epoch, sample)] = tuple(m[1][j] for m in micros)
+    assert len(points) == 24 and all(points[(0, s)] != points[(1, s)] for s in range(12))

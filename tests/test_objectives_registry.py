@@ -3,14 +3,17 @@ train.loss, the startup checks, the DAG's signal and the Trainer all read it."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import Optional
 
+import pandas as pd
 import pytest
 import torch
 
 from rewardloop import config as cfgmod
 from rewardloop.objectives import OBJECTIVES, get_objective, objective
-from rewardloop.objectives.options import option
+from rewardloop.objectives.options import option, section_schema
 from rewardloop.objectives.preference import PairObjective
 from rewardloop.objectives.registry import ModelInfo
 from rewardloop.models import loading as models
@@ -127,3 +130,38 @@ def test_summaries_are_means_over_the_run_and_its_quarters():
     one = dpo.summarize(dpo.__new__(dpo), [{"train/loss": 2.0}], 0)
     assert one["train/loss/first_quarter"] == one["train/loss/last_quarter"] == 2.0
     assert "train/implicit_acc/mean" not in one
+
+
+# --- summaries of short runs, optional options, what the registry and the signal table miss -----------------
+
+@pytest.mark.parametrize("steps", [2, 3, 4])
+def test_a_quarter_of_up_to_4_updates_is_one_update(steps):
+    dpo = get_objective("dpo")
+    history = [{"train/loss": float(i)} for i in range(1, steps + 1)]
+    summary = dpo.summarize(dpo.__new__(dpo), history, 0)
+    assert summary["train/loss/first_quarter"] == 1.0 and summary["train/loss/last_quarter"] == float(steps)
+
+
+@dataclasses.dataclass(frozen=True)
+class ToyOptions:
+    limit: Optional[int] = option(None, "A limit, or none.", minimum=1)
+    scale: float = option(1.0, "A scale.")
+
+
+def test_an_optional_option_admits_null_in_its_schema():
+    properties = section_schema(ToyOptions, "Toy options.")["properties"]
+    assert properties["limit"]["type"] == ["integer", "null"] and properties["scale"]["type"] == "number"
+
+
+def test_the_registry_and_the_signal_table_name_what_they_miss():
+    from rewardloop.objectives.registry import ObjectiveError, TrainingInputs
+
+    with pytest.raises(ObjectiveError, match=r"^train\.loss: unknown objective 'ppo' \(expected one of "
+                                             r"awm, dpo, grpo, nft, sft\)$"):
+        get_objective("ppo")
+    assert get_objective("dpo").schema()["description"] == (
+        "Options of train.loss dpo: Diffusion-DPO on preference pairs (the ε-MSE on a UNet; the flow-matching loss "
+        "on a flow family).")
+    table = TrainingInputs(pd.DataFrame({"sample_id": ["s0"]}), {}, "advantages.parquet", "latents.safetensors")
+    with pytest.raises(ObjectiveError, match=r"^advantages\.parquet: missing column\(s\) prompt_id, advantage$"):
+        table.rows(("sample_id", "prompt_id", "advantage"), "empty")

@@ -90,3 +90,19 @@ def test_messages_list_what_was_expected():
         build_pairs(SCORES.drop(columns=["reward", "prompt_id"]))
     with pytest.raises(ValueError, match="non-finite reward for sample_id 'q'"):
         build_pairs(_scores([("p", 0, 1.0), ("q", 0, "high")]))
+
+
+# --- empty and reordered pair tables ------------------------------------------------------------------------
+
+def test_pair_tables_keep_their_dtypes_when_empty_and_a_fresh_index_when_reordered():
+    from rewardloop.signal.pairing import PAIR_COLUMNS, build_pairs
+
+    def scores(rows):
+        return pd.DataFrame(rows, columns=["sample_id", "prompt_id", "reward"])
+
+    empty = build_pairs(scores([("a", "p", 1.0), ("b", "p", 1.0)]))
+    assert empty.empty and [str(empty[c].dtype) for c in PAIR_COLUMNS[3:]] == ["float64"] * 3
+    # Ranked by reward z > a > m: found as (z, a), (z, m), (a, m), stored sorted by chosen then rejected.
+    pairs = build_pairs(scores([("z", "p", 3.0), ("a", "p", 2.0), ("m", "p", 1.0)]), "all_above_margin")
+    assert pairs[["chosen", "rejected"]].values.tolist() == [["a", "m"], ["z", "a"], ["z", "m"]]
+    assert list(pairs.index) == [0, 1, 2]

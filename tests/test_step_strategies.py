@@ -51,3 +51,18 @@ def test_the_limits_of_a_selection_exactly():
     with pytest.raises(StepStrategyError, match=r"^generate\.sde\.strategy: unknown 'nope'; known: "
                                                 r"epoch_global_random_choice, sde_window$"):
         select_sde_steps({"strategy": "nope", "num_sde_steps": 1}, 10, SEEDS, 0)
+
+
+# --- a strategy registered at run time ----------------------------------------------------------------------
+
+def test_a_strategy_registered_at_run_time_is_selectable():
+    from rewardloop.sampling import step_strategies
+
+    def every_other(cfg, num_steps, sample_seeds, iteration_seed):
+        return [list(range(0, num_steps, 2)) for _ in sample_seeds]
+
+    try:
+        assert step_strategies.register("every_other")(every_other) is every_other
+        assert step_strategies.select_sde_steps({"strategy": "every_other"}, 5, [1, 2], 0) == [[0, 2, 4]] * 2
+    finally:
+        step_strategies.STRATEGIES.pop("every_other", None)

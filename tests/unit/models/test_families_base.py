@@ -1,10 +1,17 @@
-"""rewardloop.models.families.base: the family registry and the guidance helpers every family's predict uses."""
+"""rewardloop.models.families.base: the family registry and the guidance helpers every family's predict uses
+(on the SD1.5 and SD3 adapters, model_helpers.guided_eps / guided_velocity: one pass up to guidance 1, the
+latents' device, a bfloat16 denoiser's dtype)."""
 
 from __future__ import annotations
+
+import copy
 
 import pytest
 import torch
 
+from meta_device import META, on_meta
+from model_helpers import guided_eps, guided_velocity
+from objective_checks import flow_velocity, tiny_transformer, tiny_unet
 from rewardloop.models.families import base
 
 
@@ -67,3 +74,100 @@ def test_batch_timesteps_broadcasts_keeping_integer_timesteps_integer():
     floats = base.batch_timesteps(torch.tensor(0.5, dtype=torch.float64), latents)
     assert floats.dtype == torch.float32 and floats.tolist() == [0.5] * 4
     assert base.batch_timesteps(torch.tensor([1, 2, 3, 4]), latents).tolist() == [1, 2, 3, 4]
+
+
+# --- guidance only above 1 (diffusers: do_classifier_free_guidance = scale > 1), on the SD1.5 and SD3 adapters ---
+
+class Counting(torch.nn.Module):
+    """A denoiser that records the batch size of every forward pass."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model, self.batches = model, []
+
+    @property
+    def dtype(self):
+        return self.model.dtype
+
+    def forward(self, x, *args, **kwargs):
+        self.batches.append(len(x))
+        return self.model(x, *args, **kwargs)
+
+
+@pytest.mark.parametrize("guidance", [0.5, 1.0])
+@torch.no_grad()
+def test_guidance_up_to_1_is_one_conditional_pass(guidance):
+    gen = torch.Generator().manual_seed(0)
+    x, embeds, uncond = torch.randn(2, 4, 8, 8, generator=gen), torch.randn(2, 16, 64, generator=gen), \
+        torch.randn(2, 16, 64, generator=gen)
+    unet = Counting(tiny_unet())
+    got = guided_eps(unet, x, 501, embeds, uncond, guidance)
+    assert unet.batches == [2]
+    assert torch.equal(got, unet.model(x, torch.tensor([501, 501]), encoder_hidden_states=embeds).sample)
+    x, pooled, uncond_pooled = torch.randn(2, 16, 8, 8, generator=gen), torch.randn(2, 64, generator=gen), \
+        torch.randn(2, 64, generator=gen)
+    transformer = Counting(tiny_transformer())
+    got = guided_velocity(transformer, x, 0.9, embeds, pooled, uncond, uncond_pooled, guidance=guidance)
+    assert transformer.batches == [2]
+    assert torch.allclose(got.double(), flow_velocity(transformer.model, x, 0.9, embeds, pooled), atol=1e-6)
+
+
+@torch.no_grad()
+def test_guidance_above_1_without_an_unconditional_row_is_the_conditional_pass():
+    gen = torch.Generator().manual_seed(1)
+    x, embeds = torch.randn(2, 4, 8, 8, generator=gen), torch.randn(2, 16, 64, generator=gen)
+    unet = Counting(tiny_unet())
+    got = guided_eps(unet, x, 501, embeds, None, 4.0)
+    assert unet.batches == [2]
+    assert torch.equal(got, unet.model(x, torch.tensor([501, 501]), encoder_hidden_states=embeds).sample)
+    x, pooled = torch.randn(2, 16, 8, 8, generator=gen), torch.randn(2, 64, generator=gen)
+    transformer = Counting(tiny_transformer())
+    got = guided_velocity(transformer, x, 0.9, embeds, pooled, guidance=4.0)
+    assert transformer.batches == [2]
+
+
+# --- the guided predictions stay on the latents' device; a bfloat16 denoiser gets its inputs in bfloat16 ----
+
+@pytest.mark.parametrize("guidance", [1.0, 3.0], ids=["plain", "cfg"])
+def test_guided_predictions_stay_on_the_latents_device(guidance):
+    """A python timestep or sigma (as the samplers pass them) becomes a tensor on the latents' device."""
+    x, embeds, uncond = on_meta((2, 4, 8, 8), (2, 16, 64), (2, 16, 64))
+    assert guided_eps(tiny_unet().to(META), x, 501, embeds, uncond, guidance).device == META
+    x, pooled, uncond_pooled = on_meta((2, 16, 8, 8), (2, 64), (2, 64))
+    assert guided_velocity(tiny_transformer().to(META), x, 0.9, embeds, pooled, uncond, uncond_pooled,
+                           guidance).device == META
+
+
+def close(got: torch.Tensor, expected: torch.Tensor, tolerance: float = 0.05) -> bool:
+    """Within bfloat16's precision: the error's norm a few percent of the value's."""
+    return float((got.double() - expected.double()).norm() / expected.double().norm()) < tolerance
+
+
+@pytest.mark.parametrize("guidance", [1.0, 3.0], ids=["plain", "cfg"])
+def test_a_bfloat16_unet_gets_its_inputs_in_bfloat16(guidance):
+    gen = torch.Generator().manual_seed(0)
+    x, embeds, uncond = torch.randn(2, 4, 8, 8, generator=gen), torch.randn(2, 16, 64, generator=gen), \
+        torch.randn(2, 16, 64, generator=gen)
+    unet = tiny_unet()
+    with torch.no_grad():
+        e_text = unet(x, torch.tensor([501, 501]), encoder_hidden_states=embeds).sample
+        e_uncond = unet(x, torch.tensor([501, 501]), encoder_hidden_states=uncond).sample
+        expected = e_uncond + guidance * (e_text - e_uncond) if guidance > 1 else e_text
+        got = guided_eps(copy.deepcopy(unet).to(torch.bfloat16), x, 501, embeds, uncond, guidance)
+    assert got.dtype == torch.float32 and close(got, expected)
+
+
+@pytest.mark.parametrize("guidance", [1.0, 3.0], ids=["plain", "cfg"])
+def test_a_bfloat16_transformer_gets_its_inputs_in_bfloat16(guidance):
+    gen = torch.Generator().manual_seed(0)
+    x, embeds, pooled = torch.randn(2, 16, 8, 8, generator=gen), torch.randn(2, 16, 64, generator=gen), \
+        torch.randn(2, 64, generator=gen)
+    uncond, uncond_pooled = torch.randn(2, 16, 64, generator=gen), torch.randn(2, 64, generator=gen)
+    transformer = tiny_transformer()
+    with torch.no_grad():
+        v_text = flow_velocity(transformer, x, 0.9, embeds, pooled)
+        v_uncond = flow_velocity(transformer, x, 0.9, uncond, uncond_pooled)
+        expected = v_uncond + guidance * (v_text - v_uncond) if guidance > 1 else v_text
+        got = guided_velocity(copy.deepcopy(transformer).to(torch.bfloat16), x, 0.9,
+                              embeds, pooled, uncond, uncond_pooled, guidance=guidance)
+    assert got.dtype == torch.float32 and close(got, expected)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from objective_checks import flow_velocity, tiny_sd3_pipeline
-from rewardloop.models.families import sd3
+from rewardloop.models.families import get_family, sd3
 
 
 @pytest.fixture(scope="module")
@@ -62,3 +62,12 @@ def test_predict_is_the_guided_velocity_at_sigma_times_1000(pipe):
                               uncond["pooled_embeds"].expand(2, -1))
         got = family.predict(model, x, 600.0, cond, guidance_scale=4.5, uncond=uncond)
     torch.testing.assert_close(got.double(), plain + 4.5 * (text - plain), rtol=1e-4, atol=1e-5)
+
+
+# --- a pipeline class without a third text encoder ----------------------------------------------------------
+
+def test_a_pipeline_without_a_third_text_encoder_has_no_t5_tokens():
+    class Pipeline:  # an SD3-like pipeline class that has no text_encoder_3 attribute at all
+        transformer = None
+
+    assert get_family("sd3").t5_tokens(Pipeline()) == 0
