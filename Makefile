@@ -40,7 +40,7 @@ mutation: $(STAMP)
 	HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 $(BIN)/mutmut run --max-children $(CORES); $(BIN)/mutmut results
 
 mutation-smoke: $(STAMP)
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest tests/test_mutation_smoke.py
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest tests/unit/test_mutation_smoke.py
 
 bench: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/run_all.py

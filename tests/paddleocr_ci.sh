@@ -24,4 +24,4 @@ fi
 echo "paddleocr venv ready in $(( $(date +%s) - start )) s: $VENV"
 
 cd "$ROOT"
-"$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/test_paddleocr_backend.py
+"$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/unit/rewards/test_paddleocr_backend.py

@@ -32,8 +32,8 @@ SECONDS = {  # estimates: recipe smokes ~70 s each, the crash tests ~180 s each,
     "tests/test_workflow_sd3.py": 150,
     "tests/test_families_workflow.py": 120,
     "tests/test_integrity.py": 100,
-    "tests/test_full_and_offline.py": 60,
-    "tests/test_grpo_guard.py": 30,
+    "tests/unit/training/test_full_and_offline.py": 60,
+    "tests/unit/objectives/test_grpo_guard.py": 30,
 }
 
 

@@ -18,7 +18,7 @@ runs without data from elsewhere:
   ``rewardloop.rewards.ocr.extract_target`` returns unchanged; prompts are ASCII and at most
   ``MAX_WORDS`` words (CLIP's text encoders read 77 tokens; these prompts stay well under);
 - one seed (``numpy.random.default_rng(SEED)``) draws everything, so regenerating gives the same
-  bytes (``tests/test_ocr_prompts.py`` compares the shipped files with a fresh generation).
+  bytes (``tests/unit/test_ocr_prompts.py`` compares the shipped files with a fresh generation).
 
 Each line is ``{"id": "ocr-train-00000", "prompt": "..."}``. Regenerate with
 ``python tools/ocr_prompts.py --out-dir resources/prompts``.

@@ -169,9 +169,9 @@ def test_clean_latent_objectives_on_flux_lower_the_error_of_high_advantage_image
 
 
 def test_nft_loss_on_flux_equals_the_reference_code_on_a_micro_batch(tmp_path):
-    """DiffusionNFT's loss (NVlabs train_nft_sd3.py, numpy in test_nft.py) on FLUX.1-dev with the velocities of
-    the hand-written pipeline call at the rollouts' guidance 3.5 (dev predicts at it: no CFG pass to leave out),
-    an old policy between base and current, and the KL to the reference. rel 1e-4."""
+    """DiffusionNFT's loss (NVlabs train_nft_sd3.py, objective_checks.reference_nft_loss) on FLUX.1-dev with the
+    velocities of the hand-written pipeline call at the rollouts' guidance 3.5 (dev predicts at it: no CFG pass
+    to leave out), an old policy between base and current, and the KL to the reference. rel 1e-4."""
     inputs = nft_inputs(1, 20, FLUX_DEV)
     inputs.signal["advantage"] = [1.5, -0.5, 0.2, -1.0, 2.0, -2.0, 0.7, -0.9] * 2
     cfg = clean_config(FLUX_DEV, "nft", beta=0.5, kl_beta=300.0)

@@ -12,11 +12,11 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from workflow_helpers import ROOT
+
 
 # (name, file under src/rewardloop, original snippet, mutated snippet, tests that must fail)
 MUTANTS = [
@@ -25,32 +25,32 @@ MUTANTS = [
      '        rejected=torch.stack([get(f"latents/{s}") for s in pairs.rejected]),',
      'chosen=torch.stack([get(f"latents/{s}") for s in pairs.rejected]),\n'
      '        rejected=torch.stack([get(f"latents/{s}") for s in pairs.chosen]),',
-     ["tests/test_objective_direction.py::test_pair_objectives_move_towards_the_chosen_images"]),
+     ["tests/unit/objectives/test_objective_direction.py::test_pair_objectives_move_towards_the_chosen_images"]),
     ("DDIM mean without std^2 in the eps coefficient", "sampling/ddim_logprob.py",
      "torch.sqrt((1 - a_prev - std**2).clamp(min=0)) * eps", "torch.sqrt((1 - a_prev).clamp(min=0)) * eps",
-     ["tests/test_reference_formulas.py::test_ddim_step_equals_the_paper_and_diffusers_scheduler"]),
+     ["tests/unit/sampling/test_reference_formulas.py::test_ddim_step_equals_the_paper_and_diffusers_scheduler"]),
     ("GRPO advantages with the sign flipped", "objectives/grpo.py",
      "advantages=torch.tensor(table.advantage.to_numpy(), dtype=torch.float32),",
      "advantages=-torch.tensor(table.advantage.to_numpy(), dtype=torch.float32),",
-     ["tests/test_objective_direction.py::test_grpo_raises_the_likelihood_of_high_advantage_transitions"]),
+     ["tests/unit/objectives/test_objective_direction.py::test_grpo_raises_the_likelihood_of_high_advantage_transitions"]),
     ("PPO surrogate taking the optimistic branch", "objectives/advantage_training.py",
      "loss = torch.maximum(unclipped, clipped).mean()", "loss = torch.minimum(unclipped, clipped).mean()",
-     ["tests/test_losses.py::test_grpo_loss_equals_the_papers_on_a_micro_batch"]),
+     ["tests/unit/objectives/test_losses.py::test_grpo_loss_equals_the_papers_on_a_micro_batch"]),
     ("NFT optimality reversed", "objectives/nft.py",
      "return advantages.clamp(-clip_max, clip_max) / (2 * clip_max) + 0.5",
      "return 0.5 - advantages.clamp(-clip_max, clip_max) / (2 * clip_max)",
-     ["tests/test_objective_direction.py::test_nft_lowers_the_flow_matching_error_of_high_advantage_images"]),
+     ["tests/unit/objectives/test_objective_direction.py::test_nft_lowers_the_flow_matching_error_of_high_advantage_images"]),
     ("flow SDE std with sigma_max in the numerator at sigma = 1", "sampling/sde.py",
      "return noise_level * math.sqrt(sigma / denominator)",
      "return noise_level * math.sqrt((1 - denominator) / denominator)",
-     ["tests/test_reference_formulas.py::test_flow_sde_rollouts_record_the_papers_transitions"]),
+     ["tests/unit/sampling/test_reference_formulas.py::test_flow_sde_rollouts_record_the_papers_transitions"]),
     ("AWM's log-prob with the sign flipped", "objectives/awm.py",
      "    return (-weighted).float()", "    return weighted.float()",
-     ["tests/test_awm.py::test_awm_lowers_the_flow_matching_error_of_high_advantage_images"]),
+     ["tests/unit/objectives/test_awm.py::test_awm_lowers_the_flow_matching_error_of_high_advantage_images"]),
     ("CPS noise scaled by sigma instead of sigma_next", "sampling/sde.py",
      "return float(sigmas[index + 1]) * math.sin(noise_level * math.pi / 2)",
      "return float(sigmas[index]) * math.sin(noise_level * math.pi / 2)",
-     ["tests/test_reference_formulas.py::test_cps_rollouts_record_the_papers_transitions"]),
+     ["tests/unit/sampling/test_reference_formulas.py::test_cps_rollouts_record_the_papers_transitions"]),
 ]
 
 

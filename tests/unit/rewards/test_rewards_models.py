@@ -165,7 +165,7 @@ def test_aesthetic_matches_independent_mlp(clip_dirs, aesthetic_mlp, images):
 
 
 def test_aesthetic_names_missing_paths(clip_dirs, aesthetic_mlp, tmp_path):
-    """(A malicious pickle as mlp_path: tests/test_security.py.)"""
+    """(A malicious pickle as mlp_path: tests/unit/test_security.py.)"""
     model_dir, _ = clip_dirs
     missing = tmp_path / "missing.pth"
     with pytest.raises(ValueError, match=rf"rewards\.aesthetic\.mlp_path.*{missing}"):
@@ -234,7 +234,7 @@ def test_hpsv2_plain_and_ddp_state_dicts_and_config_file(hps_checkpoint, images,
 
 
 def test_hpsv2_errors_name_option_and_file(hps_checkpoint, tmp_path):
-    """(A malicious pickle as checkpoint_path: tests/test_security.py.)"""
+    """(A malicious pickle as checkpoint_path: tests/unit/test_security.py.)"""
     missing = tmp_path / "HPS_v2_compressed.pt"
     with pytest.raises(ValueError, match=rf"rewards\.hpsv2\.checkpoint_path.*{missing}"):
         build_reward("hpsv2", checkpoint_path=str(missing))
@@ -271,7 +271,7 @@ def test_open_clip_tokenizer_works_without_network(monkeypatch):
     assert tokens.shape == (1, 77) and int(tokens[0, 0]) == tokenizer.sot_token_id
 
 
-# --- OCR backend options (the paddleocr backend itself: tests/test_paddleocr_backend.py) ---------
+# --- OCR backend options (the paddleocr backend itself: tests/unit/rewards/test_paddleocr_backend.py) ---------
 
 
 def test_ocr_backend_options_are_checked(tmp_path):

@@ -4,9 +4,9 @@ tests/test_recipe_smoke.py)."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from workflow_helpers import ROOT
+
 RECIPES = sorted((ROOT / "configs").glob("*.yaml"))
 
 

@@ -12,12 +12,12 @@ import pytest
 
 import rewardloop
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-import ocr_prompts  # noqa: E402  (tools/, not the package: a generator nothing imports at run time)
-from rewardloop.prompts import check_id, load_prompts
-from rewardloop.rewards.ocr import OCRReward, extract_target, normalise
-
 from workflow_helpers import ROOT
+
+sys.path.insert(0, str(ROOT / "tools"))
+import ocr_prompts  # noqa: E402  (tools/, not the package: a generator nothing imports at run time)
+from rewardloop.prompts import check_id, load_prompts  # noqa: E402
+from rewardloop.rewards.ocr import OCRReward, extract_target, normalise  # noqa: E402
 
 SHIPPED = {name: ROOT / "resources" / "prompts" / file for name, file in ocr_prompts.FILE_NAMES.items()}
 SIZES = {"train": ocr_prompts.TRAIN_TARGETS * ocr_prompts.USES_PER_TRAIN_TARGET, "test": ocr_prompts.TEST_TARGETS}

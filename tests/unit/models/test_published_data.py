@@ -1,7 +1,7 @@
 """The published checkpoints' JSON files (models/families/published/) and their one loader.
 
-The values themselves are checked against the published files in tests/test_replicas.py (git blob
-ids, byte sizes); these tests hold the data folder and the loader to their rules.
+The values themselves are checked against the published files in tests/unit/models/test_replicas.py
+(git blob ids, byte sizes); these tests hold the data folder and the loader to their rules.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import pytest
 from rewardloop.models import published as P
 from rewardloop.models.published import CHECKPOINT_FOLDERS, PUBLISHED_DIR, PublishedDataError, published_files
 
-ROOT = Path(__file__).resolve().parents[1]
+from workflow_helpers import ROOT
+
 JSON_FILES = sorted(PUBLISHED_DIR.rglob("*.json"))
 
 

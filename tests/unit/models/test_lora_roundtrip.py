@@ -141,7 +141,7 @@ def test_a_flux_lora_loads_in_plain_diffusers_and_samples_what_ours_does(tiny_fl
     in our fused loading and in a plain FluxPipeline.load_lora_weights(dir), and the eval images at 2 steps are
     the same both ways: eval's PNG pixels (uint8) are equal, the pipeline's own float images agree to 1e-4 (fused
     W + s B A against the user's unfused W x + s B (A x) round differently, ~1e-6 here), and eval's pixels are the
-    pipeline's image rounded (within 1 of 255 x image: its sampler is the pipeline's, tests/test_flux_family.py)."""
+    pipeline's image rounded (within 1 of 255 x image: its sampler is the pipeline's, tests/unit/models/test_flux_family.py)."""
     from diffusers import FluxPipeline
     from safetensors import safe_open
 
