@@ -5,7 +5,7 @@
 import copy
 import sys
 
-from rewardloop.runtime import runlock, warm
+from rewardloop.runtime import previous_versions, runlock, warm
 from rewardloop.artifacts import remove_stale_temps
 from rewardloop.config import check_existing_iterations, startup_warnings
 from rewardloop.config import validate as validate_config
@@ -29,6 +29,15 @@ if workflow.is_main_process:  # not again in every job of a cluster run
         print(line, file=sys.stderr)
 
 
+# A run that was killed may have removed finished files it was about to replace: they come back from
+# the links it kept, before anything is planned (src/rewardloop/runtime/previous_versions.py).
+if workflow.is_main_process and runlock.is_free("results"):
+    restored = previous_versions.restore_left_over("results")
+    if restored:
+        print(restored, file=sys.stderr)
+KEPT = None  # this run's links to the finished files (onstart), restored if a job fails (onerror)
+
+
 # A gated hub model (SD3.5) needs a Hugging Face token: Snakemake passes HF_TOKEN from the
 # environment to every job (also on a cluster); it is never written to params, logs or MLflow.
 if needs_hf_token(config["model"]):
@@ -46,6 +55,10 @@ onstart:
     stale = remove_stale_temps("results")
     if stale:
         print(f"rewardloop: removed {stale} temp file(s) left by killed jobs under results/")
+    # Finished files that jobs replace stay linked until the run ends, and come back if a job fails.
+    global KEPT
+    KEPT = previous_versions.Kept("results", workflow.persistence)
+    KEPT.keep()
     # Local jobs run in forks of one worker that imported torch & co once (src/rewardloop/runtime/warm.py);
     # not on a cluster, nor with --sdm conda/apptainer (the jobs' Python is another one).
     if config["warm_start"] and workflow.local_exec and not workflow.deployment_settings.deployment_method:
@@ -57,6 +70,8 @@ onstart:
 # stdout: the summary table, or a fan-out's comparison headline (src/rewardloop/end_of_run.py).
 onsuccess:
     warm.stop()
+    if KEPT:
+        KEPT.release()
     from rewardloop import end_of_run, tracking
 
     from rewardloop.monitors import history
@@ -69,6 +84,9 @@ onsuccess:
 
 onerror:
     warm.stop()
+    restored = KEPT.restore() if KEPT else None
+    if restored:
+        print(restored, file=sys.stderr)
     from rewardloop import tracking
 
     from rewardloop.monitors import history

@@ -30,6 +30,20 @@ def taken_ms(folder: str | os.PathLike) -> int | None:
         return None
 
 
+def is_free(folder: str | os.PathLike) -> bool:
+    """Whether no live run holds ``folder``'s lock (probed, not taken)."""
+    path = Path(folder) / LOCK_NAME
+    if not path.is_file():
+        return True
+    with open(path, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        fcntl.flock(handle, fcntl.LOCK_UN)
+    return True
+
+
 def acquire(folder: str | os.PathLike) -> Path:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,95 @@
+"""A rerun cannot destroy finished work (src/rewardloop/runtime/previous_versions.py), on the real workflow.
+
+From a copy of the session's finished 2-iteration run, a changed config reruns jobs whose finished
+outputs Snakemake deletes before each job starts. When the job then fails, or the run is killed, the
+finished files come back byte for byte (same inode: same mtime), and Snakemake still knows which
+config they belong to: the original config plans nothing of theirs, the changed one plans them again.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from rewardloop.runtime import previous_versions
+from workflow_helpers import ROOT, SNAKEMAKE, copy_run, file_digests, snakemake
+
+pytestmark = pytest.mark.workflow
+
+PER_ATTEMPT = ("logs/", "report/", "benchmarks/report/")  # written anew by each attempt, or by report_config
+STEPS_CHANGED = "train={steps: 6}"  # reruns iteration 0's train and everything after it
+# Iteration 0's preflight checks its rollouts against the changed training: it runs before the train, and succeeds.
+REDONE_BEFORE_TRAIN = {"iter_000/preflight.json", "iter_000/preflight_figures.json",
+                       "benchmarks/iter_000/preflight.tsv", "benchmarks/iter_000/preflight_gate.tsv"}
+TRAIN_OUTPUTS = {"iter_000/train/pytorch_lora_weights.safetensors", "iter_000/metrics/train.json",
+                 "benchmarks/iter_000/train.tsv"}
+
+
+def finished(results: Path) -> dict:
+    """{path: (sha256, mtime)} of the finished files an attempt must leave as they were."""
+    return {k: v for k, v in file_digests(results, skip=(".rewardloop.lock",)).items() if not k.startswith(PER_ATTEMPT)}
+
+
+def params_changed(workdir: Path, *args: str) -> set[str]:
+    """The outputs whose recorded params differ from the config's (Snakemake's --list-changes params)."""
+    return set(snakemake(workdir, "--list-changes", "params", *args).stdout.split())
+
+
+def test_a_job_that_fails_on_rerun_gives_back_the_finished_files_it_removed(finished_run, tmp_path):
+    workdir = copy_run(finished_run, tmp_path / "run")
+    results = workdir / "results"
+    before = finished(results)
+    # A 64 KiB file size limit: the changed train writes its state, over the limit, and fails.
+    command = [SNAKEMAKE, "-s", str(ROOT / "Snakefile"), "--directory", str(workdir), "--configfile",
+               str(workdir / "test.yaml"), "--cores", "1", "--config", STEPS_CHANGED]
+    done = subprocess.run(["bash", "-c", "ulimit -f 64 && exec \"$@\"", "bash", *command], capture_output=True,
+                          text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    output = done.stdout + done.stderr
+    assert done.returncode != 0
+    assert "rule train failed" in output, output[-3000:]
+    assert "rewardloop: a failed job had removed finished work: restored" in output, output[-3000:]
+    after = finished(results)
+    assert set(after) == set(before)  # nothing is missing
+    assert {path: after[path] for path in TRAIN_OUTPUTS} == {path: before[path] for path in TRAIN_OUTPUTS}
+    assert {path for path in before if after[path] != before[path]} <= REDONE_BEFORE_TRAIN
+    assert not previous_versions.folder_of(results).exists()
+    # Snakemake's records are the finished files' own: the LoRA is the original config's, not the
+    # changed one's (the failed job's record would say so), and the changed config still redoes it.
+    lora = "results/iter_000/train/pytorch_lora_weights.safetensors"
+    assert lora not in params_changed(workdir)
+    assert lora in params_changed(workdir, "--config", STEPS_CHANGED)
+
+
+def test_a_killed_rerun_gives_back_the_finished_files_before_the_next_plan(finished_run, tmp_path):
+    workdir = copy_run(finished_run, tmp_path / "run")
+    results = workdir / "results"
+    before = finished(results)
+    eval_table = results / "base/eval.parquet"
+    command = [SNAKEMAKE, "-s", str(ROOT / "Snakefile"), "--directory", str(workdir), "--configfile",
+               str(workdir / "test.yaml"), "--cores", "1", "--config", "eval={steps: 3}"]
+    started_ns = time.time_ns()
+    run = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                           env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    try:
+        deadline = time.monotonic() + 300
+        while eval_table.exists() and run.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)  # Snakemake deletes the base eval's outputs as its job starts
+        assert not eval_table.exists(), "the base eval's rerun did not start"
+    finally:
+        os.killpg(run.pid, signal.SIGKILL)  # the run and its jobs, as a power loss would
+        run.wait()
+    assert previous_versions.folder_of(results).is_dir()
+    plan = snakemake(workdir, "-n")
+    assert "rewardloop: a killed run had removed finished work: restored" in plan.stderr, plan.stderr[-3000:]
+    after = finished(results)
+    assert set(after) == set(before)  # nothing is missing
+    killed_job = {"base/eval.parquet", "base/metrics/eval.json"}
+    assert {path: after[path] for path in killed_job} == {path: before[path] for path in killed_job}
+    # Any other change is a file that a job of the killed run finished (evals and what reads them)
+    assert all(after[path][1] >= started_ns for path in before if after[path] != before[path])
+    assert not previous_versions.folder_of(results).exists()
