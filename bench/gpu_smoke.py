@@ -14,7 +14,7 @@ stage by stage. It prints, per recipe:
   forwards; the counts per objective are in ``TRAIN_FORWARDS``.
 On one H200 the whole run is meant to take under 10 minutes (most of it building and saving the
 replicas). ``--size tiny --device cpu`` runs the same on a CPU in a few minutes (figures
-meaningless): tests/test_gpu_smoke.py does, so the script works the day a GPU is at hand.
+meaningless): tests/workflow/test_gpu_smoke.py does, so the script works the day a GPU is at hand.
 Usage: python bench/gpu_smoke.py [--out /tmp/rewardloop-gpu-smoke] [--recipes a,b] [--size full]
 """
 

@@ -61,7 +61,7 @@ def finished_run(tmp_path_factory, tiny_model) -> Path:
     ``iter_001/`` with samples, scores, pairs, checkpoint, eval; ``report/``, logs, benchmarks) and
     ``.snakemake/``. Read it, or dry-run it (``snakemake -n`` writes only under ``.snakemake/``),
     but never change it: every test of the session sees the same folder. A test that changes a run
-    works on ``workflow_helpers.copy_run(finished_run, tmp_path / "run")``. tests/test_workflow.py
+    works on ``workflow_helpers.copy_run(finished_run, tmp_path / "run")``. tests/workflow/test_workflow.py
     checks after each of its tests that no file of it changed.
     """
     from workflow_helpers import snakemake, tiny_overlay, write_overlay

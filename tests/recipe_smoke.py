@@ -1,10 +1,10 @@
-"""The recipe smoke (tests/test_recipe_smoke*.py): every recipe in configs/ runs one short iteration on a
+"""The recipe smoke (tests/workflow/test_recipe_smoke*.py): every recipe in configs/ runs one short iteration on a
 tiny replica of its family's published checkpoint, with reward stand-ins in the published formats,
 through its documented overlay (``rewardloop smoke-overlay``).
 
 The recipes are split over files by family (so that the two xdist workers share them; each file builds
 only its families' replicas); recipes are discovered, so one added later is covered without editing a
-test: a family not named in ``OWN_FILES`` is smoked in tests/test_recipe_smoke.py.
+test: a family not named in ``OWN_FILES`` is smoked in tests/workflow/test_recipe_smoke.py.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from rewardloop.smoke.overlay import recipe_config, write_overlay
 from workflow_helpers import ROOT, snakemake
 
 # A fan-out of recipes (experiments:, configs/tiny_sd3_compare.yaml) is not smoked as one: its variants'
-# options are their own recipes' (smoked here), and tests/test_experiments.py plans it.
+# options are their own recipes' (smoked here), and tests/workflow/test_experiments.py plans it.
 RECIPES = sorted(p for p in (ROOT / "configs").glob("*.yaml") if "experiments" not in recipe_config(p))
-OWN_FILES = ("sd3", "flux")  # families smoked in a file of their own: tests/test_recipe_smoke_<family>.py
+OWN_FILES = ("sd3", "flux")  # families smoked in a file of their own: tests/workflow/test_recipe_smoke_<family>.py
 
 
 def family_of(recipe: Path) -> str:

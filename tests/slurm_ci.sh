@@ -3,7 +3,7 @@
 #
 # Starts munged, slurmctld and slurmd from a temporary folder (their config, state, spool, logs and
 # sockets all live there; /etc is not touched), waits until the node is idle, runs
-# tests/test_slurm.py against it, and stops every daemon it started by its PID, pass or fail.
+# tests/workflow/test_slurm.py against it, and stops every daemon it started by its PID, pass or fail.
 # No accounting database: the executor plugin is told to poll `squeue`, which sees finished jobs
 # for MinJobAge (1 h here). The node declares 4 GPUs (a GRES on stand-in device files), 64 CPUs and
 # 256 GB (SlurmdParameters=config_overrides: slurm.conf's sizes, not the detected ones), so that the
@@ -134,4 +134,4 @@ done
 echo "slurm cluster up in $(( $(date +%s) - start )) s: $SLURM_CONF"
 
 cd "$ROOT"
-REWARDLOOP_SLURM=1 PATH="$VENV/bin:$PATH" "$VENV/bin/python" -m pytest -q -p no:cacheprovider --durations=3 tests/test_slurm.py "$@"
+REWARDLOOP_SLURM=1 PATH="$VENV/bin:$PATH" "$VENV/bin/python" -m pytest -q -p no:cacheprovider --durations=3 tests/workflow/test_slurm.py "$@"

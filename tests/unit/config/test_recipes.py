@@ -1,5 +1,5 @@
 """The recipes under configs/ and their source comments (each one runs on a replica of its family:
-tests/test_recipe_smoke.py)."""
+tests/workflow/test_recipe_smoke.py)."""
 
 from __future__ import annotations
 

@@ -55,7 +55,7 @@ def test_loss_must_fit_the_family(family, loss, ok):
 ])
 def test_group_losses_refuse_what_they_do_not_support(overrides, key):
     """GRPO/NFT train a LoRA (the reference is the LoRA disabled); they split their samples over processes, so
-    more processes than samples per iteration is refused (tests/test_multiprocess_training.py trains them in 2)."""
+    more processes than samples per iteration is refused (tests/workflow/test_multiprocess_training.py trains them in 2)."""
     from rewardloop.config import ConfigError, deep_merge, load
 
     with pytest.raises(ConfigError, match=key):

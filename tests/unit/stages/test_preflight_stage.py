@@ -1,7 +1,7 @@
 """rewardloop.stages.preflight: rule preflight measures the checks its objective declares (here NFT's rollout
 guidance, read from samples.parquet; SFT's none) and writes every other one as not applicable; rule
 preflight_gate holds the figures against the tolerances and writes preflight.json only when all pass.
-(The model-loading checks run in tests/test_preflight.py's workflow runs.)"""
+(The model-loading checks run in tests/workflow/test_preflight.py's workflow runs.)"""
 
 from __future__ import annotations
 

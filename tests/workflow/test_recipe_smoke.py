@@ -2,7 +2,7 @@
 checkpoint, with reward stand-ins in the published formats, through its documented overlay
 (``rewardloop smoke-overlay``): EXPO's DPO/SFT on SD1.5 (PNDM shipped) and SDXL (Euler shipped,
 fp16 with a force_upcast VAE) here; Flow-GRPO, DiffusionNFT and AWM on SD3.5 with T5 (bf16) in
-tests/test_recipe_smoke_sd3.py, the FLUX.1 recipes in tests/test_recipe_smoke_flux.py (the check:
+tests/workflow/test_recipe_smoke_sd3.py, the FLUX.1 recipes in tests/workflow/test_recipe_smoke_flux.py (the check:
 tests/recipe_smoke.py).
 
 Recipes are discovered, so one added later is covered without editing this file.

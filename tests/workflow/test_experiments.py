@@ -25,7 +25,7 @@ from rewardloop.experiments import RUN_KEY, first_difference, plan_runs
 
 from workflow_helpers import SNAKEMAKE, copy_run, file_digests, planned_jobs, snakemake, tiny_overlay, write_overlay
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PROMPTS = {"train": str(ROOT / "resources/prompts/train.txt"), "eval": str(ROOT / "resources/prompts/eval.txt")}
 T_975 = {1: 12.706204736174705, 2: 4.302652729911275}  # Student's t quantiles (tables), 1 and 2 dof
 

@@ -9,7 +9,7 @@ change. Damaged artifacts are met by the stage that reads them; Snakemake remove
 outputs before running it (they are being redone), so there those outputs must be absent (not half
 written) and everything else unchanged, apart from the attempt's own log and benchmark files.
 The unreachable MLflow server is the one input that must *not* stop the run (last test here; the
-tracking details are in tests/test_tracking.py::test_unreachable_server_fails_softly).
+tracking details are in tests/workflow/test_tracking.py::test_unreachable_server_fails_softly).
 """
 
 from __future__ import annotations
