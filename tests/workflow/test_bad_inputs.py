@@ -6,8 +6,10 @@ Every case starts from a copy of one finished tiny run (2 iterations, built once
 under results/ before and after. Config, prompt, model and LoRA errors stop at parse time
 (`rewardloop.config.validate` in the Snakefile), before any job: there nothing under results/ may
 change. Damaged artifacts are met by the stage that reads them; Snakemake removes that job's own
-outputs before running it (they are being redone), so there those outputs must be absent (not half
-written) and everything else unchanged, apart from the attempt's own log and benchmark files.
+outputs before running it (they are being redone), and when it fails the rerun protection
+(runtime/previous_versions.py) links the finished versions back: every file must then be as it was
+(not half written, not lost), apart from the attempt's own log and benchmark files, and the stage
+must still be planned again (the restored files do not pass for the damaged input's).
 The unreachable MLflow server is the one input that must *not* stop the run (last test here; the
 tracking details are in tests/workflow/test_tracking.py::test_unreachable_server_fails_softly).
 """
@@ -29,7 +31,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from workflow_helpers import ROOT, SNAKEMAKE, file_digests, snakemake, tiny_overlay, write_overlay
+from workflow_helpers import ROOT, SNAKEMAKE, file_digests, planned_jobs, snakemake, tiny_overlay, write_overlay
 
 pytestmark = pytest.mark.workflow
 
@@ -355,7 +357,8 @@ def without_first_chosen_latents(path: Path) -> str:
     return chosen
 
 
-# What each reading stage writes: Snakemake removes these before the stage reruns on the damaged file.
+# What each reading stage writes: Snakemake removes these before the stage reruns on the damaged file
+# (the rerun protection restores them when the stage fails).
 STAGE_OUTPUTS = {
     "score": ("scores.parquet", "metrics/score.json"),
     "pairs": ("pairs.parquet", "metrics/pairs.json"),
@@ -386,10 +389,15 @@ def test_damaged_artifact_is_named_by_the_stage_reading_it(run, name, damaged, d
     before = snapshot(run, skip=ATTEMPT_RECORDS)
     output = snakemake_fails(run, f"results/{iteration}/train/{LORA}")  # every reading stage is upstream of train
     assert message.format(sample=sample) in output, output[-3000:]
-    after = snapshot(run, skip=ATTEMPT_RECORDS)
-    redone = {f"{iteration}/{name}" for name in STAGE_OUTPUTS[stage]}
-    assert set(before) - set(after) == redone  # the failed job's outputs, removed by Snakemake, not half written
-    assert {k: v for k, v in before.items() if k not in redone} == after
+    # Snakemake removed the failed job's outputs before it ran; the rerun protection gave the finished
+    # versions back, byte for byte and with their mtimes (nothing half written, nothing lost) ...
+    redone = [f"{iteration}/{name}" for name in STAGE_OUTPUTS[stage]]
+    assert "rewardloop: a failed job had removed finished work: restored" in output, output[-3000:]
+    assert all(name in output for name in redone), output[-3000:]
+    assert snapshot(run, skip=ATTEMPT_RECORDS) == before
+    # ... and they do not pass for the damaged file's: the stage that read it is planned again.
+    plan = planned_jobs(snakemake(run, "-n", f"results/{iteration}/train/{LORA}"))
+    assert stage in {rule for rule, _ in plan}, plan
 
 
 def test_unreachable_mlflow_server_does_not_stop_the_run(run):
