@@ -23,7 +23,9 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import shutil
 import time
+import traceback
 from pathlib import Path
 
 import torch
@@ -100,7 +102,9 @@ def run_recipe(name: str, out: Path, assets: Path, size: str, device: str) -> di
 
     recipe = ROOT / "configs" / f"{name}.yaml"
     own = recipe_config(recipe)
+    built = time.perf_counter()  # the replica and stand-ins, built and saved (on the CPU)
     overlay = yaml.safe_load(write_overlay(recipe, out / name, assets=assets, size=size).read_text())
+    replica_s = time.perf_counter() - built
     # full size: the recipe's resolution and batch sizes; tiny: the overlay's (a CPU run of this script)
     kept = {"generate": {k: own["generate"][k] for k in ("resolution", "batch_size")},
             "train": {"batch_size": own["train"]["batch_size"]}} if size == "full" else {}
@@ -147,7 +151,7 @@ def run_recipe(name: str, out: Path, assets: Path, size: str, device: str) -> di
             "rollout_tflops": rollout_flops / stages["generate"].seconds / 1e12,
             "train_tflops": train_flops / stages["train"].seconds / 1e12,
             **{f"{s}_peak_gb": stage.peak_gb for s, stage in stages.items()},
-            **{f"{s}_s": stage.seconds for s, stage in stages.items()}}
+            **{f"{s}_s": stage.seconds for s, stage in stages.items()}, "replica_s": replica_s}
 
 
 def main() -> None:
@@ -157,6 +161,8 @@ def main() -> None:
     parser.add_argument("--family", help="only the recipes (of --recipes) whose model.family is this, e.g. flux")
     parser.add_argument("--size", choices=["full", "tiny"], default="full")
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--drop-replicas", action="store_true",
+                        help="delete a family's replicas once no later recipe needs them (full size: ~65 GB for all five)")
     parser.add_argument("--peak-tflops", type=float, default=989.0, help="the device's dense bf16 peak")
     args = parser.parse_args()
     if args.device.startswith("cuda") and not torch.cuda.is_available():
@@ -164,29 +170,46 @@ def main() -> None:
     started = time.perf_counter()
     rows = []
     names = args.recipes.split(",")
+    families = {n: yaml.safe_load((ROOT / "configs" / f"{n}.yaml").read_text()).get("model", {}).get("family")
+                for n in names}
     if args.family:
-        names = [n for n in names if yaml.safe_load((ROOT / "configs" / f"{n}.yaml").read_text())
-                 .get("model", {}).get("family") == args.family]
+        names = [n for n in names if families[n] == args.family]
         if not names:
             parser.error(f"--family {args.family}: none of the recipes {args.recipes} is of that family")
-    for name in names:
+    failed = []
+    for position, name in enumerate(names):
         from accelerate.state import AcceleratorState
 
         AcceleratorState._reset_state(reset_partial_state=True)  # each recipe its own mixed precision
-        rows.append(run_recipe(name, args.out, args.out / "assets", args.size, args.device))
+        try:
+            row = run_recipe(name, args.out, args.out / "assets", args.size, args.device)
+        except Exception:  # one recipe's failure (e.g. out of memory) does not cost the others' figures
+            traceback.print_exc()
+            failed.append(name)
+        else:
+            rows.append(row)
+            print(row_line(row, args.peak_tflops), flush=True)
+            # written after every recipe: a run stopped at its time limit keeps what it measured
+            (args.out / "gpu_smoke.json").write_text(json.dumps(rows, indent=2))
+        if args.drop_replicas and families[name] not in {families[n] for n in names[position + 1:]}:
+            for folder in (args.out / "assets").glob(f"replica-{families[name]}*"):
+                shutil.rmtree(folder)
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
-    for row in rows:
-        unit = "pairs" if "train_pairs_per_s" in row else "samples"
-        print(f"{row['recipe']} ({row['family']}, {row['resolution']} px, {row['precision']}): "
-              f"rollout {row['rollout_images_per_s']:.2f} images/s, train {row[f'train_{unit}_per_s']:.2f} {unit}/s; "
-              f"peak GPU memory generate {row['generate_peak_gb']:.1f} / score {row['score_peak_gb']:.1f} / "
-              f"train {row['train_peak_gb']:.1f} GB; MFU rollout {row['rollout_tflops'] / args.peak_tflops:.1%}, "
-              f"train {row['train_tflops'] / args.peak_tflops:.1%} (denoiser forward {row['forward_tflop']:.3f} TFLOP)")
     print(f"total {time.perf_counter() - started:.0f} s")
-    (args.out / "gpu_smoke.json").write_text(json.dumps(rows, indent=2))
+    if failed:
+        raise SystemExit(f"failed: {', '.join(failed)}")
 
+
+def row_line(row: dict, peak_tflops: float) -> str:
+    unit = "pairs" if "train_pairs_per_s" in row else "samples"
+    return (f"{row['recipe']} ({row['family']}, {row['resolution']} px, {row['precision']}): "
+            f"rollout {row['rollout_images_per_s']:.2f} images/s, train {row[f'train_{unit}_per_s']:.2f} {unit}/s; "
+            f"peak GPU memory generate {row['generate_peak_gb']:.1f} / score {row['score_peak_gb']:.1f} / "
+            f"train {row['train_peak_gb']:.1f} GB; MFU rollout {row['rollout_tflops'] / peak_tflops:.1%}, "
+            f"train {row['train_tflops'] / peak_tflops:.1%} (denoiser forward {row['forward_tflop']:.3f} TFLOP; "
+            f"replica {row['replica_s']:.0f} s, generate {row['generate_s']:.0f} s, train {row['train_s']:.0f} s)")
 
 if __name__ == "__main__":
     main()
