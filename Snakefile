@@ -9,7 +9,7 @@ from rewardloop.runtime import previous_versions, runlock, warm
 from rewardloop.artifacts import remove_stale_temps
 from rewardloop.config import check_existing_iterations, startup_warnings
 from rewardloop.config import validate as validate_config
-from rewardloop.models.loading import needs_hf_token
+from rewardloop.models.loading import check_device, needs_hf_token
 
 
 configfile: f"{workflow.basedir}/config.yaml"
@@ -51,6 +51,10 @@ if needs_hf_token(config["model"]):
 # before any job starts, remove the temp files that killed jobs left (artifacts are renamed into
 # place when complete, so a temp is never mistaken for a result; this frees the space).
 onstart:
+    # Jobs that run on this host need its device: a missing GPU stops the run here, before Snakemake
+    # deletes the outputs of the first job to redo (a cluster job checks its node's, models/loading.py).
+    if workflow.local_exec:
+        check_device(config["device"])
     runlock.acquire("results")
     stale = remove_stale_temps("results")
     if stale:

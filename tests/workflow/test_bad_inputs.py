@@ -60,8 +60,8 @@ def finished(tmp_path_factory, tiny_model) -> Path:
 
 @pytest.fixture
 def run(finished, tmp_path) -> Path:
-    """A private copy of the finished run (copy2 keeps every mtime)."""
-    return Path(shutil.copytree(finished, tmp_path / "run", copy_function=shutil.copy2))
+    """A private copy of the finished run (copy2 keeps every mtime; links stay links, as cp -a keeps them)."""
+    return Path(shutil.copytree(finished, tmp_path / "run", symlinks=True, copy_function=shutil.copy2))
 
 
 def snapshot(work: Path, skip: tuple[str, ...] = ()) -> dict[str, tuple[str, int]]:
@@ -150,6 +150,24 @@ def wider_cross_attention(tensors):
             for k, v in tensors.items()}
 
 
+def cut_weights(work: Path, tiny_model: Path) -> None:
+    """The tiny model with its UNet weights cut at 60 % (a download interrupted midway)."""
+    folder = work / "models/cut"
+    shutil.copytree(tiny_model, folder)
+    weights = folder / "unet/diffusion_pytorch_model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[: len(data) * 6 // 10])
+
+
+def dangling_link(work: Path, tiny_model: Path) -> None:
+    """The tiny model laid out as a hub snapshot whose VAE blob a cache clean-up removed."""
+    folder = work / "models/linked"
+    shutil.copytree(tiny_model, folder)
+    weights = folder / "vae/diffusion_pytorch_model.safetensors"
+    weights.unlink()
+    weights.symlink_to("../../blobs/0a1b2c")
+
+
 @dataclass
 class Case:
     id: str
@@ -227,6 +245,18 @@ PARSE_TIME = [
     Case("model folder shipping a scheduler the samplers cannot rebuild", {"model": {"path": "models/lcm"}},
          "model.path: models/lcm/scheduler/scheduler_config.json names 'LCMScheduler'; model.family sd15 expects a "
          "DDPM-style scheduler", lcm_layout),
+    # weights files that are not what their names say, and a device that is not there: each would change
+    # the jobs' params (fingerprint, device), so Snakemake would delete finished outputs before a job failed
+    Case("model weights cut short (an interrupted download)", {"model": {"path": "models/cut"}},
+         "model.path: models/cut/unet/diffusion_pytorch_model.safetensors is cut short: its header declares",
+         cut_weights),
+    Case("model weights behind a dangling link (a cleaned-up hub cache)", {"model": {"path": "models/linked"}},
+         "model.path: models/linked/vae/diffusion_pytorch_model.safetensors is a link to ../../blobs/0a1b2c, "
+         "which does not exist", dangling_link),
+    Case("reward checkpoint cut short", {"rewards": {"hpsv2": {"weight": 1.0, "checkpoint_path": "hps/HPS.pt"}}},
+         "rewards.hpsv2.checkpoint_path: hps/HPS.pt (1004 bytes) is not a complete torch checkpoint",
+         write("hps/HPS.pt", b"PK\x03\x04" + bytes(1000))),
+    Case("a CUDA device on a host without one", {"device": "cuda"}, "device: cuda, but torch"),
     # prompt files
     Case("missing prompt file", {"prompts": {"eval": "prompts/nope.txt"}},
          "prompts.eval (prompts/nope.txt): file not found"),

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Mapping
 
 from rewardloop.config.schema import ConfigError
-from rewardloop.runtime.job_config import eval_guidance_scale, guidance_evals
+from rewardloop.runtime.job_config import eval_guidance_scale, guidance_evals, local_inputs
 
 # prompts.overlap's message names this many of the shared prompts (then counts the rest).
 OVERLAP_IDS = 5
@@ -28,6 +28,7 @@ def check_semantics(config: dict) -> None:
             f"generate.resolution: {config['generate']['resolution']} is not divisible by 8"
         )
     models.check_model_reference(config["model"])
+    check_input_files(config)
     if not config["model"]["build_tiny"] and Path(config["model"]["path"]).is_dir():
         from rewardloop.models.layout import check_guidance, check_resolution
 
@@ -82,6 +83,16 @@ def check_semantics(config: dict) -> None:
             raise ConfigError(f"{found[0].key} ({config['prompts'][found[0].key.split('.')[1]]}): prompt "
                               f"{found[0].prompt_id} is {found[0].tokens} tokens for {found[0].tokenizer}, over its "
                               f"limit of {found[0].limit} ({len(found)} over-long in all; prompts.too_long: error)")
+
+
+def check_input_files(config: Mapping) -> None:
+    """Every weights file the run reads from outside results/ (the model, model.init_lora, the rewards'
+    checkpoints) is complete and no link dangles (models.weight_files): a broken one would change the
+    input's fingerprint and make Snakemake delete finished outputs before a job failed on it."""
+    from rewardloop.models.weight_files import check_files
+
+    for key, path in local_inputs(config, ("model", "rewards", "eval", "gold_rewards")).items():
+        check_files(path, key)
 
 
 def startup_warnings(config: Mapping) -> list[str]:

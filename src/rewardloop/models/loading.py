@@ -6,6 +6,7 @@ The embedded tiny model and a real SD1.5 checkpoint take the same path through t
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import Mapping
@@ -41,11 +42,20 @@ def check_model_reference(model_cfg: Mapping) -> None:
     check_model_folder(path, model_cfg.get("family", "sd15"), model_cfg.get("variant"))
 
 
+def cached_snapshot(hub_id: str) -> str | None:
+    """The local snapshot folder a hub id resolves to now (the revision ``refs/main`` names in the hub
+    cache), or None when the model is not cached."""
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(hub_id, MODEL_INDEX)
+    return str(Path(found).parent) if isinstance(found, str) else None
+
+
 def _offline_and_uncached(hub_id: str) -> bool:
     """With HF_HUB_OFFLINE set, a hub id absent from the local cache cannot load: treat it as a folder."""
-    from huggingface_hub import constants, try_to_load_from_cache
+    from huggingface_hub import constants
 
-    return constants.HF_HUB_OFFLINE and not isinstance(try_to_load_from_cache(hub_id, MODEL_INDEX), str)
+    return constants.HF_HUB_OFFLINE and cached_snapshot(hub_id) is None
 
 
 def check_inside_workdir(key: str, path: str, why: str) -> None:
@@ -98,11 +108,38 @@ def denoiser_name(family: str) -> str:
 
 
 def resolve_device(name: str):
+    """The torch device of the config's ``device`` on this host (``check_device`` first: a missing GPU is
+    named, not met as a CUDA error in the middle of a stage)."""
     import torch
 
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    check_device(name)
     return torch.device(name)
+
+
+def check_device(name: str) -> None:
+    """``device`` (cpu, auto, mps, cuda, cuda:N) is present on this host; else a ModelError naming the key."""
+    if name in ("auto", "cpu"):
+        return
+    import torch
+
+    if name == "mps":
+        if not torch.backends.mps.is_available():
+            raise ModelError("device: mps, but this host has no MPS device (Apple silicon with a macOS build of "
+                             "torch); set device: auto or cpu")
+        return
+    count = torch.cuda.device_count()
+    index = int(name.split(":")[1]) if ":" in name else 0
+    if index < count:
+        return
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    seen = f"{count} CUDA device(s)" + (f" (CUDA_VISIBLE_DEVICES={visible})" if visible is not None else "")
+    if count == 0:
+        build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
+        raise ModelError(f"device: {name}, but torch {torch.__version__} ({build}) sees {seen} on this host; "
+                         "set device: auto or cpu, or run where a GPU is")
+    raise ModelError(f"device: {name}, but this host has {seen}: cuda:0 to cuda:{count - 1}")
 
 
 PRECISIONS = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}

@@ -36,33 +36,48 @@ def stage_config(config: Mapping, *sections: str, keep: Mapping[str, tuple[str, 
     return selected
 
 
-def input_identities(config: Mapping, sections) -> dict[str, str]:
-    """{config key: fingerprint} of the files outside results/ that these sections make a job read: the
-    base model, model.init_lora, the rewards' checkpoints (rewardloop.fingerprint). In a job's params, a
-    changed file reruns the jobs that read it, though its path stays the same; a model folder a rule
-    builds (model.build_tiny) is a Snakemake input instead."""
-    from rewardloop.fingerprint import fingerprint, is_local
+def local_inputs(config: Mapping, sections) -> dict[str, str]:
+    """{config key: path} of the local files outside results/ that these sections make a job read: the
+    base model, model.init_lora,
+    the rewards' checkpoints. A model folder a rule builds (model.build_tiny) is not one of them (it is a
+    Snakemake input)."""
+    from rewardloop.fingerprint import is_local
     from rewardloop.rewards.base import path_options
-    from rewardloop.rewards.remote.client import remote_identities
 
     found = {}
     if "model" in sections:
         model = config["model"]
         if not model.get("build_tiny") and is_local(model["path"]):
-            found["model.path"] = fingerprint(model["path"])
+            found["model.path"] = model["path"]
         if model.get("init_lora") and is_local(model["init_lora"]):
-            found["model.init_lora"] = fingerprint(model["init_lora"])
-    reward_sections = [("rewards", config.get("rewards") or {})] if "rewards" in sections else []
-    if "eval" in sections:
-        reward_sections.append(("eval.rewards", config["eval"].get("rewards") or {}))
-    if "gold_rewards" in sections:
-        reward_sections.append(("gold_rewards", config["gold_rewards"]))
-    for key, rewards in reward_sections:
+            found["model.init_lora"] = model["init_lora"]
+    for key, rewards in _reward_sections(config, sections):
         for name, value in rewards.items():
             for option in path_options(name) if isinstance(value, Mapping) else ():
                 if value.get(option) and is_local(value[option]):
-                    found[f"{key}.{name}.{option}"] = fingerprint(value[option])
-        found.update(remote_identities(rewards, key=key))  # what the server reports it serves
+                    found[f"{key}.{name}.{option}"] = value[option]
+    return found
+
+
+def _reward_sections(config: Mapping, sections) -> list[tuple[str, Mapping]]:
+    found = [("rewards", config.get("rewards") or {})] if "rewards" in sections else []
+    if "eval" in sections:
+        found.append(("eval.rewards", config["eval"].get("rewards") or {}))
+    if "gold_rewards" in sections:
+        found.append(("gold_rewards", config["gold_rewards"]))
+    return found
+
+
+def input_identities(config: Mapping, sections) -> dict[str, str]:
+    """{config key: fingerprint} of the ``local_inputs`` of these sections, and of the remote rewards what
+    their servers report they serve. In a job's params, a changed file reruns the jobs that read it,
+    though its path stays the same (rewardloop.fingerprint)."""
+    from rewardloop.fingerprint import fingerprint
+    from rewardloop.rewards.remote.client import remote_identities
+
+    found = {key: fingerprint(path) for key, path in local_inputs(config, sections).items()}
+    for key, rewards in _reward_sections(config, sections):
+        found.update(remote_identities(rewards, key=key))
     return found
 
 
