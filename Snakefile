@@ -5,7 +5,7 @@
 import copy
 import sys
 
-from rewardloop.runtime import previous_versions, runlock, warm
+from rewardloop.runtime import input_links, previous_versions, runlock, warm
 from rewardloop.artifacts import remove_stale_temps
 from rewardloop.config import check_existing_iterations, startup_warnings
 from rewardloop.config import validate as validate_config
@@ -56,6 +56,8 @@ onstart:
     if workflow.local_exec:
         check_device(config["device"])
     runlock.acquire("results")
+    # The links by which jobs read the model and checkpoints by content (src/rewardloop/runtime/input_links.py).
+    input_links.place_all()
     stale = remove_stale_temps("results")
     if stale:
         print(f"rewardloop: removed {stale} temp file(s) left by killed jobs under results/")

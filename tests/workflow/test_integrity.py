@@ -110,6 +110,48 @@ def test_a_new_mtime_or_another_spelling_of_the_same_files_reruns_nothing(finish
     assert dry_run(finished, respelled) == Counter()
 
 
+# What a change of the config's text alone redoes: the report's copy of the config (its params are the whole config).
+CONFIG_RECORD = Counter({("report_config", ""): 1, ("all", ""): 1})
+
+
+def test_the_same_files_at_another_path_rerun_nothing_but_the_reports_config(finished, tmp_path):
+    """Jobs read the model and the reward checkpoints by content (runtime/input_links.py): a moved or
+    re-downloaded copy of the same files redoes no job that reads them."""
+    model = Path(shutil.copytree(config(finished)["model"]["path"], tmp_path / "moved-model"))
+    pickscore = shutil.copytree(Path(config(finished)["rewards"]["pickscore"]["model_path"]).parent, tmp_path / "ps")
+    moved = {"model": {"path": str(model)},
+             "rewards": {"pickscore": {"model_path": str(pickscore / "clip_model"),
+                                       "processor_path": str(pickscore / "clip_processor")}}}
+    assert dry_run(finished, moved) == CONFIG_RECORD
+    link = finished / "results/.inputs" / read_provenance(finished / "results/iter_000/samples.parquet")["inputs"]["model.path"]
+    assert link.is_symlink()  # placed by the run that made the files, pointing at the model it read
+
+
+def hub_cache(root: Path, model: Path, revision: str) -> Path:
+    """A hub cache holding ``model`` as org/tiny at ``revision``, refs/main naming it (as a download lays it out)."""
+    repo = root / "models--org--tiny"
+    shutil.copytree(model, repo / "snapshots" / revision)
+    (repo / "refs").mkdir(parents=True, exist_ok=True)
+    (repo / "refs" / "main").write_text(revision)
+    return repo / "snapshots" / revision
+
+
+def test_a_hub_id_is_its_cached_snapshot_and_a_moved_refs_main_reruns_the_model_jobs(finished, tmp_path, rewritten):
+    """model.path org/tiny resolves at startup to the snapshot refs/main names in the hub cache: the same
+    weights as the run's folder rerun no model job; refs/main moved to a revision with other weights
+    reruns every job that reads the model."""
+    cache = tmp_path / "hub"
+    hub_cache(cache, Path(config(finished)["model"]["path"]), "a" * 40)
+    overlay = finished / "change.yaml"
+    overlay.write_text(yaml.safe_dump({"model": {"path": "org/tiny"}}))
+    env = {"HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
+    assert planned_jobs(snakemake(finished, "-n", overlays=(overlay,), env=env)) == CONFIG_RECORD
+    other = hub_cache(cache, Path(config(finished)["model"]["path"]), "b" * 40)
+    rewritten(other / UNET)
+    planned = planned_jobs(snakemake(finished, "-n", overlays=(overlay,), env=env))
+    assert ("generate", "it=000") in planned and ("eval_base", "") in planned and ("train", "it=000") in planned
+
+
 def test_what_only_the_rollouts_read_leaves_the_base_eval(finished, tmp_path):
     """The rollouts' steps, group size, eta and prompt file (the same prompts in another file): generate
     reruns, the base eval, which reads none of them, does not."""

@@ -74,8 +74,11 @@ def needs_hf_token(model_cfg: Mapping) -> bool:
 
 
 def model_reference(model_cfg: Mapping, lora_dir: str | None = None) -> str:
-    """How artifacts and tracking name a model: the base path, plus the LoRA folder applied to it."""
-    return str(model_cfg["path"]) + (f" + {lora_dir}" if lora_dir else "")
+    """How artifacts and tracking name a model: the base path (for a job's input link, where it points and
+    its content identity: runtime.input_links), plus the LoRA folder applied to it."""
+    from rewardloop.runtime.input_links import described
+
+    return described(model_cfg["path"]) + (f" + {lora_dir}" if lora_dir else "")
 
 
 def pipeline_class(family: str):

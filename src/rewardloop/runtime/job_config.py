@@ -10,6 +10,7 @@ import copy
 from typing import Any, Mapping
 
 from rewardloop import results_layout
+from rewardloop.runtime import input_links
 
 # (section, key) pairs that change how many jobs do a stage's work, never its result.
 JOB_SPLIT_KEYS = (("generate", "shards"), ("score", "shards"))
@@ -31,17 +32,33 @@ def stage_config(config: Mapping, *sections: str, keep: Mapping[str, tuple[str, 
         if isinstance(selected.get(section), dict):
             selected[section].pop(key, None)
     inputs = input_identities(config, sections)
+    for key, path in local_inputs(config, sections).items():  # read by content, wherever it is (input_links)
+        _replace(selected, key, input_links.link_for(results_layout.RunLayout().root, inputs[key], path))
     if inputs:
         selected["inputs"] = inputs
     return selected
 
 
+def _replace(selected: dict, key: str, value: str) -> None:
+    """Set the dotted config ``key`` in ``selected`` where the job's sections hold it (a reward name may
+    itself hold no dot: ``rewards.<name>.<option>``, ``eval.rewards.<name>.<option>``)."""
+    *parents, leaf = key.split(".")
+    node = selected
+    for part in parents:
+        if not isinstance(node, dict) or part not in node:
+            return  # a section the job was not given (eval's own keep), so nothing to replace
+        node = node[part]
+    if isinstance(node, dict) and leaf in node:
+        node[leaf] = value
+
+
 def local_inputs(config: Mapping, sections) -> dict[str, str]:
     """{config key: path} of the local files outside results/ that these sections make a job read: the
-    base model, model.init_lora,
+    base model (a hub id: the snapshot folder it resolves to in the hub cache, if cached), model.init_lora,
     the rewards' checkpoints. A model folder a rule builds (model.build_tiny) is not one of them (it is a
     Snakemake input)."""
     from rewardloop.fingerprint import is_local
+    from rewardloop.models.loading import cached_snapshot, is_hub_id
     from rewardloop.rewards.base import path_options
 
     found = {}
@@ -49,6 +66,8 @@ def local_inputs(config: Mapping, sections) -> dict[str, str]:
         model = config["model"]
         if not model.get("build_tiny") and is_local(model["path"]):
             found["model.path"] = model["path"]
+        elif not model.get("build_tiny") and is_hub_id(model["path"]) and cached_snapshot(model["path"]):
+            found["model.path"] = cached_snapshot(model["path"])  # the revision refs/main names now
         if model.get("init_lora") and is_local(model["init_lora"]):
             found["model.init_lora"] = model["init_lora"]
     for key, rewards in _reward_sections(config, sections):

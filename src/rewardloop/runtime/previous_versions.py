@@ -16,7 +16,8 @@ changed in place, so the link keeps the finished bytes). Then:
   records were never rewritten then, and it still marks the killed job's outputs incomplete, so that
   job is redone (``rerun-incomplete``) from the files as they were.
 
-Job logs are not kept (the failed job's log says why it failed), nor the files changed in place
+Job logs are not kept (the failed job's log says why it failed), nor the links to the run's inputs
+(``.inputs/``, placed anew by every run), nor the files changed in place
 (the run lock, MLflow's SQLite store) or temps. Where the sibling folder is on another filesystem,
 files are copied instead, which costs their size in disk and time.
 """
@@ -29,7 +30,7 @@ import shutil
 from pathlib import Path
 
 from rewardloop import artifacts
-from rewardloop.runtime import runlock
+from rewardloop.runtime import input_links, runlock
 
 SUFFIX = ".previous"
 LOGS = "logs"
@@ -47,7 +48,7 @@ def finished_files(results: Path):
     for directory, subdirs, files in os.walk(results):
         rel_dir = Path(directory).relative_to(results)
         if rel_dir == Path("."):
-            subdirs[:] = [d for d in subdirs if d != LOGS]
+            subdirs[:] = [d for d in subdirs if d not in (LOGS, input_links.FOLDER)]
         for name in files:
             if name in CHANGED_IN_PLACE or name.startswith(artifacts.TEMP_PREFIX):
                 continue

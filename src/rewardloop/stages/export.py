@@ -58,7 +58,7 @@ def run(cfg, iteration: int, trained_dir, checkpoint_dir, metrics_path=None, pre
             shutil.copyfile(source, tmp)
     info = {
         "iteration": iteration,
-        "base_model": cfg["model"]["path"],
+        "base_model": models.model_reference(cfg["model"]),  # where the input link points, and its identity
         "family": cfg["model"]["family"],
         "adapter": adapter,
         "tensors": len(tensors),
