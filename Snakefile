@@ -22,6 +22,8 @@ report: "report/workflow.rst"
 # fewer iterations than results/ already holds. The config as given is kept: an experiments fan-out
 # merges each variant's overlay over it (rules/experiments.smk).
 GIVEN_CONFIG = copy.deepcopy(config)
+# Jobs read the model and checkpoints by content, through links (the main process places them at onstart).
+input_links.use(defer=workflow.is_main_process)
 validate_config(config)
 check_existing_iterations(config, "results")
 if workflow.is_main_process:  # not again in every job of a cluster run

@@ -7,9 +7,11 @@ file's content identity (rewardloop.fingerprint): ``results/.inputs/<fingerprint
 wherever the file is now. The same content anywhere gives the same params; other content, other
 params (and the jobs that read it rerun).
 
-The links are placed by the run's main process when jobs are about to run (the Snakefile's
-``onstart``), not while a dry run plans: every link the planning named is placed then, and any named
-later (params evaluated lazily) at once. A cluster job finds them on the shared filesystem.
+Only a workflow run uses links (the Snakefile calls ``use``); a stage called from Python with
+``stage_config``'s output gets the paths as given. In the run's main process the links are placed when
+jobs are about to run (``onstart``), so a dry run writes none: every link the planning named is placed
+then, and any named later (params evaluated lazily) at once. A cluster job, which parses the Snakefile
+again, places its own (the same links) and finds them on the shared filesystem.
 """
 
 from __future__ import annotations
@@ -21,24 +23,34 @@ from pathlib import Path
 FOLDER = ".inputs"
 
 _named: dict[str, str] = {}  # link path -> the path it points at, named by this process so far
-_placing = False  # after onstart: links are placed as they are named
+_mode: str | None = None  # None: paths as given; "defer": named, placed at place_all; "place": at once
+
+
+def use(defer: bool) -> None:
+    """Jobs of this workflow read inputs through links (the Snakefile). ``defer``: the run's main process,
+    which places them at ``place_all`` (onstart), so that a dry run writes none."""
+    global _mode
+    _mode = "defer" if defer else "place"
 
 
 def link_for(results: str, identity: str, target: str) -> str:
     """The path a job reads ``target`` (whose content identity is ``identity``) by: a link under ``results``,
-    named after the identity (and a file's suffix, which loaders may go by)."""
+    named after the identity (and a file's suffix, which loaders may go by); ``target`` itself outside a
+    workflow run (a stage called from Python)."""
+    if _mode is None:
+        return target
     suffix = Path(target).suffix if Path(target).is_file() else ""
     link = f"{results}/{FOLDER}/{identity}{suffix}"
     _named[link] = os.path.abspath(target)
-    if _placing:
+    if _mode == "place":
         _place(link, _named[link])
     return link
 
 
 def place_all() -> None:
     """Place every link named so far, and from now on each as it is named (a run's onstart)."""
-    global _placing
-    _placing = True
+    global _mode
+    _mode = "place"
     for link, target in _named.items():
         _place(link, target)
 
@@ -59,8 +71,8 @@ def _place(link: str, target: str) -> None:
     os.replace(temp, link)
 
 
-def described(path: str | os.PathLike) -> str:
+def described(path: str | os.PathLike | None) -> str:
     """How provenance names a path a job read: an input link as ``<where it points> (<identity>)``."""
-    if Path(path).parent.name == FOLDER and os.path.islink(path):
+    if isinstance(path, (str, os.PathLike)) and Path(path).parent.name == FOLDER and os.path.islink(path):
         return f"{os.readlink(path)} ({Path(path).stem})"
     return str(path)

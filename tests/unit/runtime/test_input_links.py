@@ -13,13 +13,14 @@ from rewardloop.runtime import input_links
 def fresh(monkeypatch, tmp_path):
     """A process that has named no link yet, working in tmp_path."""
     monkeypatch.setattr(input_links, "_named", {})
-    monkeypatch.setattr(input_links, "_placing", False)
+    monkeypatch.setattr(input_links, "_mode", "place")
     monkeypatch.chdir(tmp_path)
     return tmp_path
 
 
 def test_links_named_while_planning_are_placed_only_at_onstart(fresh):
     (fresh / "model").mkdir()
+    input_links.use(defer=True)  # the Snakefile's main process
     link = input_links.link_for("results", "ab12", "model")
     assert link == "results/.inputs/ab12"
     assert not os.path.lexists(link)  # a dry run writes nothing under results/
@@ -31,7 +32,6 @@ def test_links_named_while_planning_are_placed_only_at_onstart(fresh):
 
 
 def test_a_link_follows_the_content_to_its_new_place(fresh):
-    input_links.place_all()
     link = input_links.link_for("results", "ab12", "model")
     input_links.link_for("results", "ab12", "moved/model")
     assert os.readlink(link) == str(fresh / "moved/model")
@@ -50,13 +50,19 @@ def test_a_copy_where_a_link_was_is_replaced_by_the_link(fresh):
 
 
 def test_provenance_names_where_a_link_points_and_its_identity(fresh):
-    input_links.place_all()
     link = input_links.link_for("results", "ab12", "model")
     assert input_links.described(link) == f"{fresh / 'model'} (ab12)"
     assert input_links.described("org/name") == "org/name"
+    assert input_links.described(None) == "None"  # tracking names a run whose config has no model path
     (fresh / "head.pth").write_bytes(b"")
     checkpoint = input_links.link_for("results", "cd34", "head.pth")  # a file keeps its suffix
     assert checkpoint == "results/.inputs/cd34.pth" and input_links.described(checkpoint) == f"{fresh / 'head.pth'} (cd34)"
+
+
+def test_outside_a_workflow_run_paths_stay_as_given(fresh, monkeypatch):
+    monkeypatch.setattr(input_links, "_mode", None)
+    assert input_links.link_for("results", "ab12", "model") == "model"
+    assert not (fresh / "results").exists()
 
 
 def test_stage_config_holds_identities_not_paths(fresh, tiny_model):
@@ -70,5 +76,4 @@ def test_stage_config_holds_identities_not_paths(fresh, tiny_model):
                             "model", "device") for path in (tiny_model, copy)]
     assert configs[0] == configs[1]
     assert configs[0]["model"]["path"] == f"results/.inputs/{configs[0]['inputs']['model.path']}"
-    input_links.place_all()
     assert os.readlink(configs[0]["model"]["path"]) == str(copy)  # the last one named
