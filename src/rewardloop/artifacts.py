@@ -2,7 +2,8 @@
 
 Every write goes to a temporary file in the destination folder and is renamed into place, so a
 killed job never leaves a file that looks finished. Every table carries provenance in its Parquet
-schema metadata under the key ``rewardloop`` (a JSON object).
+schema metadata under the key ``rewardloop`` (a JSON object). Tables and tensor files also carry a
+record of their rows (see row_record), which every read checks.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ from typing import Iterable, Iterator, Mapping
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rewardloop import __version__
+from rewardloop import __version__, row_record
 
 PROVENANCE_KEY = b"rewardloop"
+ROWS_KEY = row_record.RECORD_KEY.encode()
 DATASETS_KEY = b"huggingface"  # what 🤗 datasets reads its features from
 TEMP_PREFIX = ".tmp-"
 # Images live in a `struct<bytes: binary, path: string>` column, the layout of `datasets`' Image feature.
@@ -150,13 +152,16 @@ def datasets_features(schema: pa.Schema) -> bytes | None:
     return json.dumps({"info": {"features": images}}).encode() if images else None
 
 
-def write_table(table: pa.Table, path: str | os.PathLike, meta: Mapping | None = None) -> None:
-    """Write a pyarrow Table (or pandas DataFrame) atomically with provenance metadata (and, for a
-    table with images, the ``datasets`` features that decode them)."""
+def write_table(table: pa.Table, path: str | os.PathLike, meta: Mapping | None = None,
+                writer: str | None = None) -> None:
+    """Write a pyarrow Table (or pandas DataFrame) atomically with provenance metadata, the record of its
+    rows that readers check (``writer``: the stage, named in their error) and, for a table with images,
+    the ``datasets`` features that decode them."""
     if not isinstance(table, pa.Table):
         table = pa.Table.from_pandas(table, preserve_index=False)
     existing = dict(table.schema.metadata or {})
     existing[PROVENANCE_KEY] = json.dumps(dict(meta or {}), default=str).encode()
+    existing[ROWS_KEY] = row_record.make(table.num_rows, row_record.row_ids(table), writer).encode()
     features = datasets_features(table.schema)
     if features:
         existing[DATASETS_KEY] = features
@@ -165,21 +170,29 @@ def write_table(table: pa.Table, path: str | os.PathLike, meta: Mapping | None =
         pq.write_table(table, tmp)
 
 
-def read_table(path: str | os.PathLike, required: Iterable[str] = ()) -> pa.Table:
-    """Read a Parquet artifact, failing with a message naming the file and missing columns."""
+def read_table(path: str | os.PathLike, required: Iterable[str] = (),
+               columns: Iterable[str] | None = None) -> pa.Table:
+    """Read a Parquet artifact (only ``columns``, when given), failing with a message naming the file and
+    missing columns, or what differs from the record of its rows its writer left (see row_record)."""
     path = Path(path)
     if not path.is_file():
         raise ArtifactError(f"{path}: file not found")
     try:
-        table = pq.read_table(path)
+        schema = pq.read_schema(path)
+        wanted = None if columns is None else list(dict.fromkeys(columns))
+        missing = [c for c in [*required, *(wanted or [])] if c not in schema.names]
+        if not missing:
+            keys = row_record.key_columns(schema.names)
+            table = pq.read_table(path, columns=None if wanted is None else list(dict.fromkeys(wanted + keys)))
     except Exception as exc:  # pyarrow raises several types for corrupt files
         raise ArtifactError(f"{path}: not a readable Parquet file ({exc})") from exc
-    missing = [c for c in required if c not in table.column_names]
     if missing:
-        raise ArtifactError(
-            f"{path}: missing column(s) {', '.join(missing)}; has {', '.join(table.column_names)}"
-        )
-    return table
+        raise ArtifactError(f"{path}: missing column(s) {', '.join(missing)}; has {', '.join(schema.names)}")
+    differs = row_record.mismatch((schema.metadata or {}).get(ROWS_KEY), table.num_rows,
+                                  row_record.row_ids(table), "rows", "+".join(keys))
+    if differs:
+        raise ArtifactError(f"{path}: {differs}")
+    return table if wanted is None else table.select(wanted)
 
 
 def read_provenance(path: str | os.PathLike) -> dict:
@@ -211,11 +224,14 @@ def write_json(obj, path: str | os.PathLike) -> None:
         tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 
 
-def write_tensors(tensors: Mapping, path: str | os.PathLike, meta: Mapping | None = None) -> None:
-    """Save a dict of torch tensors as safetensors, atomically, with string metadata."""
+def write_tensors(tensors: Mapping, path: str | os.PathLike, meta: Mapping | None = None,
+                  writer: str | None = None) -> None:
+    """Save a dict of torch tensors as safetensors, atomically, with string metadata and the record of
+    its keys that readers check (``writer``: the stage, named in their error)."""
     from safetensors.torch import save_file
 
     metadata = {k: json.dumps(v, default=str) for k, v in (meta or {}).items()}
+    metadata[row_record.RECORD_KEY] = row_record.make(len(tensors), sorted(tensors), writer)
     with atomic_path(path) as tmp:
         save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp), metadata=metadata)
         sort_safetensors_header(tmp)
@@ -246,13 +262,21 @@ def read_tensors(path: str | os.PathLike, numpy: bool = False) -> dict:
     else:
         from safetensors.torch import load_file
 
+    from safetensors import safe_open
+
     path = Path(path)
     if not path.is_file():
         raise ArtifactError(f"{path}: file not found")
     try:
-        return load_file(str(path))
+        tensors = load_file(str(path))
+        with safe_open(str(path), framework="np") as fh:
+            recorded = (fh.metadata() or {}).get(row_record.RECORD_KEY)
     except Exception as exc:
         raise ArtifactError(f"{path}: not a readable safetensors file ({exc})") from exc
+    differs = row_record.mismatch(recorded, len(tensors), sorted(tensors), "tensors", "tensor")
+    if differs:
+        raise ArtifactError(f"{path}: {differs}")
+    return tensors
 
 
 def encode_png(image, name: str) -> dict:

@@ -1,4 +1,6 @@
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import torch
 
@@ -139,3 +141,86 @@ def test_datasets_decodes_image_columns_with_no_cast(tmp_path):
     import pyarrow.parquet as pq
 
     assert DATASETS_KEY not in (pq.read_schema(tmp_path / "scores.parquet").metadata or {})
+
+
+# --- tables that vouch for themselves: the record of rows a writer leaves, checked by every read -------------
+
+SAMPLES = pd.DataFrame({"sample_id": ["s0", "s1", "s2", "s3"], "reward": [0.1, 0.2, 0.3, 0.4]})
+
+
+def _rewrite(path, edit) -> None:
+    """Edit a table in place the way a user's pandas/pyarrow would, keeping its schema metadata."""
+    table = pq.read_table(path)
+    pq.write_table(edit(table).replace_schema_metadata(table.schema.metadata), path)
+
+
+@pytest.mark.parametrize("edit, differs", [
+    (lambda t: t.filter(pa.array([True, False, True, True])),
+     "3 rows but generate recorded 4 (sample_id s1 missing)"),
+    (lambda t: t.take([1, 0, 2, 3]),
+     "rows differ from what generate recorded (reordered: row 0 is sample_id s1, generate wrote s0 there)"),
+    (lambda t: pa.concat_tables([t, t.slice(0, 1)]),
+     "5 rows but generate recorded 4 (sample_id s0 not recorded)"),
+    (lambda t: t.set_column(0, "sample_id", pa.array(["s0", "s1", "s2", "x9"])),
+     "rows differ from what generate recorded (sample_id s3 missing; sample_id x9 not recorded)"),
+], ids=["row dropped", "rows reordered", "row repeated", "id changed"])
+def test_a_table_changed_after_its_stage_wrote_it_is_refused_naming_what_differs(tmp_path, edit, differs):
+    path = tmp_path / "samples.parquet"
+    write_table(SAMPLES, path, writer="generate")
+    _rewrite(path, edit)
+    with pytest.raises(ArtifactError) as err:
+        read_table(path, required=["sample_id"])
+    assert str(err.value) == (f"{path}: {differs}: the file was changed after generate wrote it; "
+                              "delete it to redo generate")
+
+
+def test_pairs_are_identified_by_chosen_and_rejected_and_many_ids_are_counted(tmp_path):
+    path = tmp_path / "pairs.parquet"
+    pairs = pd.DataFrame({"prompt_id": ["p"] * 5, "chosen": [f"c{i}" for i in range(5)],
+                          "rejected": [f"r{i}" for i in range(5)]})
+    write_table(pairs, path, writer="pairs")
+    _rewrite(path, lambda t: t.slice(0, 1))
+    with pytest.raises(ArtifactError, match=r"1 rows but pairs recorded 5 \(chosen\+rejected c1/r1, c2/r2, c3/r3 "
+                                            r"and 1 more missing\)"):
+        read_table(path)
+
+
+def test_a_table_read_in_part_is_still_checked_and_a_table_without_a_record_is_read_as_before(tmp_path):
+    path = tmp_path / "samples.parquet"
+    write_table(SAMPLES, path, writer="generate")
+    assert read_table(path, columns=["reward"]).column_names == ["reward"]  # only what was asked
+    _rewrite(path, lambda t: t.slice(1))
+    with pytest.raises(ArtifactError, match="3 rows but generate recorded 4 .sample_id s0 missing"):
+        read_table(path, columns=["reward"])
+    with pytest.raises(ArtifactError, match="missing column.s. prompt; has sample_id, reward"):
+        read_table(path, columns=["prompt"])
+    pq.write_table(pa.Table.from_pandas(SAMPLES.iloc[1:], preserve_index=False), path)  # written before records
+    assert read_table(path).num_rows == 3
+
+
+def test_a_table_rewritten_by_write_table_gets_a_new_record(tmp_path):
+    path = tmp_path / "scores.parquet"
+    write_table(SAMPLES, path, writer="score")
+    write_table(read_table(path).slice(1), path, writer="score")  # what gather does with shards
+    assert read_table(path).num_rows == 3
+
+
+def test_a_tensor_file_changed_after_its_stage_wrote_it_is_refused_naming_the_key(tmp_path):
+    from safetensors import safe_open
+    from safetensors.numpy import load_file, save_file
+
+    path = tmp_path / "latents.safetensors"
+    write_tensors({f"latents/s{i}": torch.zeros(2) for i in range(3)}, path, meta={"iteration": 0},
+                  writer="generate")
+    assert sorted(read_tensors(path)) == ["latents/s0", "latents/s1", "latents/s2"]
+    with safe_open(str(path), framework="np") as fh:
+        metadata = fh.metadata()
+    tensors = load_file(str(path))
+    del tensors["latents/s1"]
+    save_file(tensors, str(path), metadata=metadata)
+    with pytest.raises(ArtifactError) as err:
+        read_tensors(path, numpy=True)
+    assert str(err.value) == (f"{path}: 2 tensors but generate recorded 3 (tensor latents/s1 missing): the file was "
+                              "changed after generate wrote it; delete it to redo generate")
+    save_file(tensors, str(path))  # no record (written before records, or by another tool): read as before
+    assert len(read_tensors(path)) == 2

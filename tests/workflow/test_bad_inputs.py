@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
@@ -377,6 +378,14 @@ def undecodable_image(path: Path) -> str:
     return table.sample_id[1]
 
 
+def without_a_row(path: Path) -> str:
+    """Row 3 dropped by pyarrow, the schema metadata (the record generate left) kept: what a user's edit does."""
+    table = pq.read_table(path)
+    dropped = table.column("sample_id")[3].as_py()
+    pq.write_table(pa.concat_tables([table.slice(0, 3), table.slice(4)]), path)
+    return dropped
+
+
 def without_first_chosen_latents(path: Path) -> str:
     from safetensors.numpy import load_file, save_file
 
@@ -405,6 +414,9 @@ DAMAGED = [
      "results/iter_000/scores.parquet: missing column(s) reward"),
     ("undecodable image", "iter_000/samples.parquet", undecodable_image, "score",
      "results/iter_000/samples.parquet: sample {sample}: image does not decode"),
+    ("samples.parquet with a row dropped", "iter_000/samples.parquet", without_a_row, "score",
+     "results/iter_000/samples.parquet: 7 rows but generate recorded 8 (sample_id {sample} missing): the file was "
+     "changed after generate wrote it; delete it to redo generate"),
     ("latents missing a sample, preflight", "iter_000/latents.safetensors", without_first_chosen_latents,
      "preflight", "results/iter_000/latents.safetensors: has no tensor 'latents/{sample}'"),
     ("latents missing a sample, train", "iter_001/latents.safetensors", without_first_chosen_latents, "train",

@@ -32,19 +32,20 @@ def shard_rows(rows: int, batch_size: int, shards: int, index: int, key: str = "
     return slice(first * batch_size, min(last * batch_size, rows))
 
 
-def gather_tables(paths: Sequence, out_path) -> pa.Table:
-    """Concatenate the shards' Parquet tables in shard order; the provenance is the shards' (all equal)."""
+def gather_tables(paths: Sequence, out_path, writer: str | None = None) -> pa.Table:
+    """Concatenate the shards' Parquet tables in shard order; the provenance is the shards' (all equal).
+    ``writer``: the stage the gathered table stands for, named by its readers' errors."""
     tables = [read_table(path) for path in paths]
     meta = read_provenance(paths[0])
     for path in paths[1:]:
         if read_provenance(path) != meta:
             raise ShardError(f"{path}: provenance differs from {paths[0]} (shards of different runs?)")
     table = pa.concat_tables(tables)
-    write_table(table, out_path, meta=meta)
+    write_table(table, out_path, meta=meta, writer=writer)
     return table
 
 
-def gather_tensors(paths: Sequence, out_path) -> None:
+def gather_tensors(paths: Sequence, out_path, writer: str | None = None) -> None:
     """Merge the shards' safetensors files (disjoint keys, or equal tensors under shared keys)."""
     from safetensors import safe_open
 
@@ -57,7 +58,7 @@ def gather_tensors(paths: Sequence, out_path) -> None:
     with safe_open(str(Path(paths[0])), framework="pt") as fh:
         meta = fh.metadata() or {}
     # write_tensors JSON-encodes metadata values; these already are JSON strings.
-    write_tensors(merged, out_path, meta={k: json.loads(v) for k, v in meta.items()})
+    write_tensors(merged, out_path, meta={k: json.loads(v) for k, v in meta.items()}, writer=writer)
 
 
 def summed_metrics(shard_metrics: Sequence[dict], keys: Sequence[str]) -> dict:

@@ -14,5 +14,6 @@ def run(cfg, scores_path, advantages_path, metrics_path, keep_tied_groups=False)
     table, metrics = compute_advantages(scores, adv_cfg["globalize_reward_std"], adv_cfg["adv_clip_max"],
                                         keep_tied_groups)
     upstream = read_provenance(scores_path)
-    write_table(table, advantages_path, meta=provenance(cfg, upstream.get("iteration"), upstream.get("model")))
+    write_table(table, advantages_path, meta=provenance(cfg, upstream.get("iteration"), upstream.get("model")),
+                writer="advantages")
     write_metrics(metrics, metrics_path)

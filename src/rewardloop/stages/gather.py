@@ -15,8 +15,8 @@ def _metrics(paths) -> list[dict]:
 
 
 def samples(shard_samples, shard_latents, shard_metrics, samples_path, latents_path, metrics_path):
-    table = gather_tables(shard_samples, samples_path)
-    gather_tensors(shard_latents, latents_path)
+    table = gather_tables(shard_samples, samples_path, writer="generate")
+    gather_tensors(shard_latents, latents_path, writer="generate")
     parts = _metrics(shard_metrics)
     metrics = summed_metrics(parts, ["perf/model_load_time", "perf/rollout_time", "samples"])
     metrics.update({"iteration": parts[0]["iteration"], "shards": len(parts),
@@ -25,7 +25,7 @@ def samples(shard_samples, shard_latents, shard_metrics, samples_path, latents_p
 
 
 def scores(shard_scores, shard_metrics, scores_path, metrics_path):
-    table = gather_tables(shard_scores, scores_path)
+    table = gather_tables(shard_scores, scores_path, writer="score")
     metrics = summed_metrics(_metrics(shard_metrics), ["perf/score_time"])
     metrics.update(reward_stats(table.to_pandas(), "rollout"))
     metrics["shards"] = len(shard_scores)

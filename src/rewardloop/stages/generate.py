@@ -67,8 +67,8 @@ def run(cfg, iteration: int, lora_dir, samples_path, latents_path, metrics_path,
     meta = provenance(cfg, iteration, models.model_reference(cfg["model"], lora_dir))
     # tensors: each prompt's conditioning (and the empty prompt's), keyed <key>/<prompt_id>; SDE records
     tensors.update({f"latents/{sid}": lat for sid, lat in zip(rows.sample_id, latents)})
-    write_tensors(tensors, latents_path, meta=meta)
-    write_table(to_arrow(rows), samples_path, meta=meta)
+    write_tensors(tensors, latents_path, meta=meta, writer="generate")
+    write_table(to_arrow(rows), samples_path, meta=meta, writer="generate")
     metrics.update({"iteration": iteration, "samples": len(rows), "prompts": int(rows.prompt_id.nunique())})
     write_metrics(metrics, metrics_path)
 

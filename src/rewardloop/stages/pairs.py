@@ -12,7 +12,8 @@ def run(cfg, scores_path, pairs_path, metrics_path):
     scores = read_table(scores_path, required=["sample_id", "prompt_id", "reward"]).to_pandas()
     pairs = build_pairs(scores, strategy=cfg["pairs"]["strategy"], min_margin=cfg["pairs"]["min_margin"])
     upstream = read_provenance(scores_path)
-    write_table(pairs, pairs_path, meta=provenance(cfg, upstream.get("iteration"), upstream.get("model")))
+    write_table(pairs, pairs_path, meta=provenance(cfg, upstream.get("iteration"), upstream.get("model")),
+                writer="pairs")
     groups = scores.prompt_id.nunique()
     write_metrics(
         {

@@ -15,9 +15,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pyarrow.parquet as pq
-
-from rewardloop.artifacts import write_json
+from rewardloop.artifacts import read_table, write_json
 from rewardloop.models import loading as models
 from rewardloop.models.families import get_family
 from rewardloop.objectives import alignment, get_objective
@@ -30,7 +28,7 @@ class PreflightError(RuntimeError):
 
 def _first_rollouts(samples_path, count: int):
     columns = ["prompt_id", "prompt", "seed", "guidance_scale"]
-    return pq.read_table(samples_path, columns=columns).slice(0, count).to_pandas()
+    return read_table(samples_path, columns=columns).slice(0, count).to_pandas()
 
 
 def _noise_level_0(cfg, samples_path, rollout_lora_dir, device) -> dict:

@@ -52,6 +52,6 @@ def run(cfg, samples_path, scores_path, metrics_path, progress=True, shard: int 
         scores = score_frame(samples, cfg["rewards"], cfg["score"]["batch_size"], str(samples_path), progress)
     upstream = read_provenance(samples_path)
     meta = provenance(cfg, upstream.get("iteration"), upstream.get("model"))
-    write_table(scores, scores_path, meta=meta)
+    write_table(scores, scores_path, meta=meta, writer="score")
     metrics.update(reward_stats(scores, "rollout"))
     write_metrics(metrics, metrics_path)
