@@ -5,7 +5,7 @@
 import copy
 import sys
 
-from rewardloop.runtime import input_links, previous_versions, runlock, warm
+from rewardloop.runtime import cpu_kernels, input_links, previous_versions, runlock, warm
 from rewardloop.artifacts import remove_stale_temps
 from rewardloop.config import check_existing_iterations, startup_warnings
 from rewardloop.config import validate as validate_config
@@ -25,9 +25,11 @@ GIVEN_CONFIG = copy.deepcopy(config)
 # Jobs read the model and checkpoints by content, through links (the main process places them at onstart).
 input_links.use(defer=workflow.is_main_process)
 validate_config(config)
+# The CPU kernels every job computes with, in the environment the jobs inherit (nothing has computed yet).
+KERNEL_LINES = cpu_kernels.pin(config["cpu_kernels"], config["device"])
 check_existing_iterations(config, "results")
 if workflow.is_main_process:  # not again in every job of a cluster run
-    for line in startup_warnings(config):
+    for line in [*KERNEL_LINES, *startup_warnings(config)]:
         print(line, file=sys.stderr)
 
 

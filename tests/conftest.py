@@ -9,9 +9,13 @@ from pathlib import Path
 import pytest
 
 from built_once import built_once
+from rewardloop.runtime import cpu_kernels
 from xdist_schedule import longest_first_scheduler
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# The kernels a workflow run pins on the CPU (config cpu_kernels: auto), here too: a stage called in a test
+# computes what the same stage computes in a job (and the same bytes on every x86-64 CPU with AVX2).
+cpu_kernels.pin("auto", "cpu")
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rewardloop import __version__, row_record
+from rewardloop.runtime import cpu_kernels
 
 PROVENANCE_KEY = b"rewardloop"
 ROWS_KEY = row_record.RECORD_KEY.encode()
@@ -50,6 +51,7 @@ def provenance(stage_config: Mapping, iteration: int | None, model_ref: str | No
         "model": model_ref,
         "inputs": dict(stage_config.get("inputs", {})),
         "rewardloop_version": __version__,
+        "cpu_kernels": cpu_kernels.in_effect(),  # the kernels a CPU stage computed with (config cpu_kernels)
     }
 
 

@@ -6,6 +6,8 @@ import argparse
 import os
 import sys
 
+from rewardloop.runtime import cpu_kernels
+
 SIGPIPE_STATUS = 141  # 128 + SIGPIPE: how `cat` and `ls` end when the reader of their output went away
 
 
@@ -92,6 +94,9 @@ def parser() -> argparse.ArgumentParser:
     build.add_argument("--unet-steps", type=int, default=1200, help="pretraining steps of the denoiser")
     build.add_argument("--threads", type=int, default=2, help="torch threads (part of the recipe: same seed and "
                        "threads give a bit-identical model)")
+    build.add_argument("--cpu-kernels", choices=cpu_kernels.SETTINGS, default="auto",
+                       help="auto/avx2: AVX2 kernels, the same model on every x86-64 CPU (the config's cpu_kernels); "
+                            "native: the widest the CPU has")
     build.set_defaults(func=_build_tiny)
 
     replica = commands.add_parser(
@@ -152,6 +157,9 @@ def _quiet_stdout() -> None:
 
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
+    # Before anything computes: a command on the CPU uses the kernels a workflow run would (config cpu_kernels).
+    for line in cpu_kernels.pin(getattr(args, "cpu_kernels", "auto"), str(getattr(args, "device", None) or "cpu")):
+        print(line, file=sys.stderr)
     try:
         args.func(args)
         sys.stdout.flush()

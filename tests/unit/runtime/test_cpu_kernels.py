@@ -1,0 +1,59 @@
+"""The CPU kernel pin (src/rewardloop/runtime/cpu_kernels.py, models/kernel_probe.py): real short tiny-model builds in processes
+with different variables, compared by the bytes of their weights."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from rewardloop.runtime import cpu_kernels
+
+STEPS = ["--vae-steps", "10", "--unet-steps", "20", "--threads", "1"]  # ~15 s a build on one core
+
+
+def build(out, env: dict) -> dict:
+    result = subprocess.run([sys.executable, "-m", "rewardloop.models.kernel_probe", str(out), *STEPS],
+                            env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+@pytest.mark.skipif(not cpu_kernels._has_avx2(), reason="the pin applies to x86-64 CPUs with AVX2")
+def test_pinned_builds_are_byte_identical_to_an_avx2_only_cpus_and_unpinned_ones_are_not_where_the_cpu_has_more(
+        tmp_path):
+    native = build(tmp_path / "native", cpu_kernels.probe_environment(pinned=False))
+    pinned = build(tmp_path / "pinned", cpu_kernels.probe_environment(pinned=True))
+    avx2_cpu = build(tmp_path / "avx2_cpu", cpu_kernels.probe_environment(pinned=True, avx2_only_cpu=True))
+    assert pinned["capability"] == avx2_cpu["capability"] == "AVX2"
+    assert pinned["variables"] == cpu_kernels.PINNED
+    assert len(pinned["sha256"]) == 3  # the VAE, the text encoder and the UNet
+    assert pinned["sha256"] == avx2_cpu["sha256"]
+    if native["capability"] != "AVX2":  # this CPU dispatches to more than AVX2 (AVX512 here): the pin is what
+        assert native["sha256"] != pinned["sha256"]  # makes its bytes an AVX2 CPU's
+    print(f"native {native['capability']}: {native['seconds']:.1f} s, pinned: {pinned['seconds']:.1f} s; "
+          f"files that differ unpinned: {sorted(k for k in native['sha256'] if native['sha256'][k] != pinned['sha256'][k])}")
+
+
+def test_pin_sets_what_is_unset_and_keeps_and_names_what_the_user_set():
+    env = {"ATEN_CPU_CAPABILITY": "avx512", "MKL_CBWR": "avx2"}
+    lines = cpu_kernels.pin("auto", "cpu", env)
+    assert env == {"ATEN_CPU_CAPABILITY": "avx512", "MKL_CBWR": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    if cpu_kernels._has_avx2():
+        assert len(lines) == 1 and "ATEN_CPU_CAPABILITY=avx512 from the environment is kept" in lines[0]
+
+
+@pytest.mark.parametrize(("setting", "device", "expected"), [
+    ("auto", "cpu", "avx2"), ("auto", "auto", "avx2"), ("auto", "cuda:1", "native"), ("auto", "mps", "native"),
+    ("avx2", "cuda", "avx2"), ("native", "cpu", "native")])
+def test_level_follows_the_setting_and_auto_the_device(setting, device, expected):
+    assert cpu_kernels.level(setting, device) == expected
+
+
+def test_native_sets_nothing_and_an_unknown_setting_is_refused_naming_the_values():
+    env = {}
+    assert cpu_kernels.pin("native", "cpu", env) == [] and env == {}
+    with pytest.raises(ValueError, match="'avx512' is not one of auto, avx2, native"):
+        cpu_kernels.pin("avx512", "cpu", env)
