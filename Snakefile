@@ -5,7 +5,7 @@
 import copy
 import sys
 
-from rewardloop.runtime import cpu_kernels, input_links, previous_versions, runlock, warm
+from rewardloop.runtime import cpu_kernels, input_links, job_records, previous_versions, runlock, warm
 from rewardloop.artifacts import remove_stale_temps
 from rewardloop.config import check_existing_iterations, startup_warnings
 from rewardloop.config import validate as validate_config
@@ -37,6 +37,12 @@ if workflow.is_main_process:  # not again in every job of a cluster run
 # the links it kept, before anything is planned (src/rewardloop/runtime/previous_versions.py).
 if workflow.is_main_process and runlock.is_free("results"):
     restored = previous_versions.restore_left_over("results")
+    if restored:
+        print(restored, file=sys.stderr)
+# Snakemake's records of the finished files (what their jobs' params were), given back from results/'s
+# own copy if .snakemake/ was removed: a changed config still reruns what it changes (runtime/job_records.py).
+if workflow.is_main_process:
+    restored = job_records.restore_missing("results")
     if restored:
         print(restored, file=sys.stderr)
 KEPT = None  # this run's links to the finished files (onstart), restored if a job fails (onerror)
@@ -80,6 +86,7 @@ onstart:
 # stdout: the summary table, or a fan-out's comparison headline (src/rewardloop/end_of_run.py).
 onsuccess:
     warm.stop()
+    job_records.keep("results")
     if KEPT:
         KEPT.release()
     from rewardloop import end_of_run, tracking
@@ -97,6 +104,7 @@ onerror:
     restored = KEPT.restore() if KEPT else None
     if restored:
         print(restored, file=sys.stderr)
+    job_records.keep("results")  # after the restore: the records of the files given back are Snakemake's again
     from rewardloop import tracking
 
     from rewardloop.monitors import history

@@ -173,3 +173,19 @@ def test_deleting_a_stage_file_redoes_the_stage_and_what_follows(finished, tmp_p
     (run / "results/iter_000" / name).unlink()
     assert dry_run(run) == iteration(*redone) + watched("iter_000") + REPORT + (
         PREFLIGHT if "pairs" in redone else Counter())
+
+
+def test_a_run_without_its_snakemake_folder_still_reruns_what_a_changed_config_changes(finished, tmp_path):
+    """results/ keeps a copy of Snakemake's records (runtime/job_records.py): with .snakemake/ gone, a
+    changed train.steps plans what it plans with the records there; without the copy it planned nothing."""
+    change = {"train": {"steps": 3}}
+    with_records = dry_run(copy_run(finished, tmp_path / "whole"), change)
+    assert ("train", "it=000") in with_records
+    moved = copy_run(finished, tmp_path / "moved")
+    shutil.rmtree(moved / ".snakemake")
+    assert (moved / "results/.snakemake-records").is_dir()
+    assert dry_run(moved, change) == with_records
+    assert dry_run(moved) == Counter()  # the records given back: nothing else is planned
+    shutil.rmtree(moved / ".snakemake")
+    shutil.rmtree(moved / "results/.snakemake-records")
+    assert dry_run(moved, change) == Counter()  # what Snakemake does on its own

@@ -17,7 +17,8 @@ changed in place, so the link keeps the finished bytes). Then:
   job is redone (``rerun-incomplete``) from the files as they were.
 
 Job logs are not kept (the failed job's log says why it failed), nor the links to the run's inputs
-(``.inputs/``, placed anew by every run), nor the files changed in place
+(``.inputs/``, placed anew by every run) and the copy of Snakemake's records (``.snakemake-records/``,
+rewritten at the end of a run), nor the files changed in place
 (the run lock, MLflow's SQLite store) or temps. Where the sibling folder is on another filesystem,
 files are copied instead, which costs their size in disk and time.
 """
@@ -30,7 +31,7 @@ import shutil
 from pathlib import Path
 
 from rewardloop import artifacts
-from rewardloop.runtime import input_links, runlock
+from rewardloop.runtime import input_links, job_records, runlock
 
 SUFFIX = ".previous"
 LOGS = "logs"
@@ -48,7 +49,7 @@ def finished_files(results: Path):
     for directory, subdirs, files in os.walk(results):
         rel_dir = Path(directory).relative_to(results)
         if rel_dir == Path("."):
-            subdirs[:] = [d for d in subdirs if d not in (LOGS, input_links.FOLDER)]
+            subdirs[:] = [d for d in subdirs if d not in (LOGS, input_links.FOLDER, job_records.FOLDER)]
         for name in files:
             if name in CHANGED_IN_PLACE or name.startswith(artifacts.TEMP_PREFIX):
                 continue
