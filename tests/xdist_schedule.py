@@ -2,7 +2,7 @@
 
 xdist's loadfile scheduler hands out whole files in the order of their number of tests (most first), and
 tops a worker up with the next file as soon as it has 2 tests or fewer left. The suite's slowest files
-have the fewest tests (tests/workflow/test_default_run.py: 1 test, the default config's ~5 min model build and
+have the fewest tests (tests/workflow/test_default_run.py: 1 test, the default config's ~9 min model build and
 its 3 iterations), so they came last, and one worker ran the final minutes alone. Here the next file
 handed out is the one expected to take longest (longest processing time first: the two workers finish
 within about one file's time of each other), and a worker is topped up only when on its last test (it
@@ -21,7 +21,7 @@ SECONDS = {  # estimates: recipe smokes ~70 s each, the crash tests ~180 s each,
     "tests/workflow/test_crash_resume.py": 720,
     "tests/workflow/test_recipe_smoke_sd3.py": 630,
     "tests/workflow/test_recipe_smoke_flux.py": 490,
-    "tests/workflow/test_default_run.py": 480,
+    "tests/workflow/test_default_run.py": 760,
     "tests/workflow/test_recipe_smoke.py": 350,
     "tests/workflow/test_bad_inputs.py": 330,
     "tests/workflow/test_workflow.py": 250,

@@ -1,5 +1,7 @@
 """Which CPU kernels a process computes with, seen in the bytes: build a short tiny model in this
-process and print torch's kernel level, the build's seconds and the sha256 of every weights file.
+process, run one DPO iteration on it through the real stages (generate, score, pairs, train), and
+print torch's kernel level, the seconds and the sha256 of the tensors of every weights file, the
+rollouts' latents and the trained LoRA.
 tests/unit/runtime/test_cpu_kernels.py and bench/bench_cpu_kernels.py run it in processes with the
 environments of runtime/cpu_kernels.probe_environment (pinned or not, an AVX2-only CPU simulated)."""
 
@@ -14,27 +16,66 @@ from rewardloop.runtime import cpu_kernels
 
 
 def probe(out: Path, threads: int, unet_steps: int, vae_steps: int) -> dict:
-    """Build a short tiny model at ``out`` in this process: the kernel level torch dispatched to, the
-    build's seconds and the sha256 of every weights file."""
+    """Build a short tiny model at ``out/model`` in this process and train it one iteration: the kernel
+    level torch dispatched to, the seconds of each and the sha256 of every weights file (the trained LoRA
+    and the rollouts' latents included)."""
     import torch
 
     from rewardloop.models.tiny_sd15 import build_tiny_sd15
 
     start = time.perf_counter()
-    build_tiny_sd15(out, seed=0, vae_steps=vae_steps, unet_steps=unet_steps, num_threads=threads, progress=False)
+    model = out / "model"
+    build_tiny_sd15(model, seed=0, vae_steps=vae_steps, unet_steps=unet_steps, num_threads=threads, progress=False)
     seconds = time.perf_counter() - start
-    digests = {str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest()
-               for p in sorted(out.rglob("*.safetensors"))}
+    start = time.perf_counter()
+    one_iteration(model, out / "iter_000", threads)
+    iteration_seconds = time.perf_counter() - start
+    digests = {str(p.relative_to(out)): tensor_digest(p) for p in sorted(out.rglob("*.safetensors"))
+               if "state" not in p.parts}
     return {"capability": torch.backends.cpu.get_cpu_capability(), "threads": torch.get_num_threads(),
-            "seconds": seconds, "sha256": digests, "variables": {k: os.environ.get(k) for k in cpu_kernels.PINNED}}
+            "seconds": seconds, "iteration_seconds": iteration_seconds, "sha256": digests,
+            "variables": {k: os.environ.get(k) for k in cpu_kernels.PINNED}}
+
+
+def tensor_digest(path: Path) -> str:
+    """sha256 of a safetensors file's tensor bytes, without its header: the header's metadata names the
+    folder a stage read (the rollouts' provenance), which differs between two probes' folders."""
+    data = path.read_bytes()
+    return hashlib.sha256(data[8 + int.from_bytes(data[:8], "little"):]).hexdigest()
+
+
+def one_iteration(model: Path, out: Path, threads: int) -> None:
+    """A short online DPO iteration of the default recipe on ``model``: 8 prompts x 4 images at 32 px, 5 steps, color_match
+    pairs, 16 LoRA steps; the LoRA lands in ``out/train``."""
+    from rewardloop import config
+    from rewardloop.shape_domain import COLORS, SHAPES, caption
+    from rewardloop.stages import generate, pairs, score, train
+
+    out.mkdir(parents=True, exist_ok=True)
+    prompts = out / "prompts.txt"  # the shape domain's captions, as the default's prompt files hold them
+    prompts.write_text("".join(caption(SHAPES[i % 3], COLORS[i], COLORS[-1 - i]) + "\n" for i in range(8)))
+    cfg = config.validate({
+        "model": {"path": str(model), "build_tiny": False}, "device": "cpu",
+        "prompts": {"train": str(prompts), "eval": str(prompts)},
+        "generate": {"prompts_per_iteration": 8, "images_per_prompt": 4, "steps": 5, "resolution": 32, "batch_size": 32},
+        "train": {"steps": 16, "batch_size": 8, "checkpointing_steps": 100}})
+    generate.run(config.stage_config(cfg, "seed", "model", "prompts", "generate", "device"), 0, None,
+                 out / "samples.parquet", out / "latents.safetensors", out / "generate.json", threads=threads,
+                 progress=False)
+    score.run(config.stage_config(cfg, "rewards", "score"), out / "samples.parquet", out / "scores.parquet",
+              out / "score.json", progress=False)
+    pairs.run(config.stage_config(cfg, "pairs"), out / "scores.parquet", out / "pairs.parquet", out / "pairs.json")
+    train.run(config.stage_config(cfg, "seed", "model", "train", "data", "device"), 0, out / "pairs.parquet",
+              out / "latents.safetensors", None, out / "train", out / "state", out / "train.json", threads=threads,
+              progress=False)
 
 
 def main(argv: list[str] | None = None) -> None:
     import argparse
     import json
 
-    parser = argparse.ArgumentParser(prog="python -m rewardloop.models.kernel_probe",
-                                     description="build a short tiny model, print its kernel level and digests")
+    parser = argparse.ArgumentParser(prog="python -m rewardloop.runtime.kernel_probe",
+                                     description="build a short tiny model, train it one iteration, print the kernel level and digests")
     parser.add_argument("out", type=Path)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--unet-steps", type=int, default=60)

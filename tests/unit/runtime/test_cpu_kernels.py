@@ -1,4 +1,4 @@
-"""The CPU kernel pin (src/rewardloop/runtime/cpu_kernels.py, models/kernel_probe.py): real short tiny-model builds in processes
+"""The CPU kernel pin (src/rewardloop/runtime/cpu_kernels.py, runtime/kernel_probe.py): real short tiny-model builds in processes
 with different variables, compared by the bytes of their weights."""
 
 from __future__ import annotations
@@ -11,29 +11,30 @@ import pytest
 
 from rewardloop.runtime import cpu_kernels
 
-STEPS = ["--vae-steps", "10", "--unet-steps", "20", "--threads", "1"]  # ~15 s a build on one core
+STEPS = ["--vae-steps", "10", "--unet-steps", "20", "--threads", "1"]  # ~15 s a build on one core, then an iteration
 
 
 def build(out, env: dict) -> dict:
-    result = subprocess.run([sys.executable, "-m", "rewardloop.models.kernel_probe", str(out), *STEPS],
+    result = subprocess.run([sys.executable, "-m", "rewardloop.runtime.kernel_probe", str(out), *STEPS],
                             env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.splitlines()[-1])
 
 
 @pytest.mark.skipif(not cpu_kernels._has_avx2(), reason="the pin applies to x86-64 CPUs with AVX2")
-def test_pinned_builds_are_byte_identical_to_an_avx2_only_cpus_and_unpinned_ones_are_not_where_the_cpu_has_more(
+def test_pinned_builds_and_training_are_byte_identical_to_an_avx2_only_cpus_and_unpinned_ones_are_not_where_the_cpu_has_more(
         tmp_path):
     native = build(tmp_path / "native", cpu_kernels.probe_environment(pinned=False))
     pinned = build(tmp_path / "pinned", cpu_kernels.probe_environment(pinned=True))
     avx2_cpu = build(tmp_path / "avx2_cpu", cpu_kernels.probe_environment(pinned=True, avx2_only_cpu=True))
     assert pinned["capability"] == avx2_cpu["capability"] == "AVX2"
     assert pinned["variables"] == cpu_kernels.PINNED
-    assert len(pinned["sha256"]) == 3  # the VAE, the text encoder and the UNet
+    assert len(pinned["sha256"]) == 5  # the VAE, the text encoder, the UNet, the rollouts' latents and the LoRA
     assert pinned["sha256"] == avx2_cpu["sha256"]
     if native["capability"] != "AVX2":  # this CPU dispatches to more than AVX2 (AVX512 here): the pin is what
         assert native["sha256"] != pinned["sha256"]  # makes its bytes an AVX2 CPU's
-    print(f"native {native['capability']}: {native['seconds']:.1f} s, pinned: {pinned['seconds']:.1f} s; "
+    print(f"native {native['capability']}: {native['seconds']:.1f} + {native['iteration_seconds']:.1f} s, "
+          f"pinned: {pinned['seconds']:.1f} + {pinned['iteration_seconds']:.1f} s; "
           f"files that differ unpinned: {sorted(k for k in native['sha256'] if native['sha256'][k] != pinned['sha256'][k])}")
 
 
