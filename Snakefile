@@ -9,7 +9,8 @@ from rewardloop.runtime import cpu_kernels, input_links, job_records, previous_v
 from rewardloop.artifacts import remove_stale_temps
 from rewardloop.config import check_existing_iterations, startup_warnings
 from rewardloop.config import validate as validate_config
-from rewardloop.models.loading import check_device, needs_hf_token
+from rewardloop.models.loading import check_device, check_gpu_count, needs_hf_token
+from rewardloop.runtime.resources import train_gpus
 
 
 configfile: f"{workflow.basedir}/config.yaml"
@@ -65,6 +66,7 @@ onstart:
     # deletes the outputs of the first job to redo (a cluster job checks its node's, models/loading.py).
     if workflow.local_exec:
         check_device(config["device"])
+        check_gpu_count(config["device"], train_gpus(config), "train.num_processes")
     runlock.acquire("results")
     # The links by which jobs read the model and checkpoints by content (src/rewardloop/runtime/input_links.py).
     input_links.place_all()

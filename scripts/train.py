@@ -2,6 +2,7 @@
 from rewardloop.runtime.snakemake_job import iteration, job
 
 with job(snakemake):  # noqa: F821
+    from rewardloop.models.loading import check_gpu_count
     from rewardloop.runtime import launch, resources
     from rewardloop.stages import train
 
@@ -19,6 +20,8 @@ with job(snakemake):  # noqa: F821
         offline_latents_path=snakemake.params.offline_latents,
     )
     processes = resources.train_processes(cfg["train"], getattr(snakemake.resources, "gpu", 0))
+    # as many GPUs on this node as processes, before a launch that would fail in every rank
+    check_gpu_count(cfg["device"], processes, "train.num_processes (or the train job's gpu resource)")
     if processes == 1:
         train.run(**kwargs, threads=snakemake.threads)
     else:

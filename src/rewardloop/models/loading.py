@@ -145,6 +145,22 @@ def check_device(name: str) -> None:
     raise ModelError(f"device: {name}, but this host has {seen}: cuda:0 to cuda:{count - 1}")
 
 
+def check_gpu_count(device: str, gpus: int, asked_by: str) -> None:
+    """A job that starts one process per GPU (``gpus`` > 1 on ``device`` cuda) finds that many CUDA devices
+    on this host; else a ModelError naming ``asked_by`` (the key or resource that asks) and what is seen."""
+    if gpus <= 1 or not str(device).startswith("cuda"):
+        return
+    import torch
+
+    count = torch.cuda.device_count()
+    if count >= gpus:
+        return
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    seen = f"{count} CUDA device(s)" + (f" (CUDA_VISIBLE_DEVICES={visible})" if visible is not None else "")
+    raise ModelError(f"{asked_by} asks for {gpus} GPUs (one process each), but this host has {seen}; "
+                     "lower it, or ask the cluster for as many GPUs on the train job's node")
+
+
 PRECISIONS = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 
 

@@ -5,13 +5,15 @@ torch picks its kernels by the CPU it finds: ATen's vectorised ops (SLEEF maths,
 512-bit vectors on an AVX-512 CPU, oneDNN's convolutions AVX-512 or AMX, MKL's BLAS its AVX-512
 paths. Float sums then add in another order, and the tiny model's pretraining amplifies the last-bit
 differences into other weights and another eval table. Each library has a variable that caps what it
-dispatches to (``PINNED``); each reads it once, when it first computes, so it must be in the
-environment before torch is imported in every process that computes. The Snakefile calls ``pin`` first
-thing, before it imports anything of rewardloop; the jobs inherit the variables (Snakemake's job
-processes, the warm worker that ``onstart`` launches and its forks). A variable already set in the
+dispatches to (``PINNED``); each reads it once, when it first computes (ATen: its first dispatched
+operation, measured: an import of torch before it is harmless), so it must be in the environment
+before anything computes in every process that does. The Snakefile calls ``pin`` once the config is
+validated, before any job starts (its own process imports no torch); the jobs inherit the variables
+(Snakemake's job processes, the warm worker that ``onstart`` launches and its forks); the
+``rewardloop`` command calls it before its subcommand runs. A variable already set in the
 environment wins, and is said. Measured, and the cost: docs/reliability.md#the-same-bytes-on-every-x86-64-cpu.
 
-``python -m rewardloop.models.kernel_probe OUT`` builds a short tiny model and prints the kernel level
+``python -m rewardloop.runtime.kernel_probe OUT`` builds a short tiny model and prints the kernel level
 and the sha256 of its weights: the test and bench/bench_cpu_kernels.py run it in processes with the
 environments ``probe_environment`` gives.
 """

@@ -129,3 +129,15 @@ def test_mps_on_a_host_without_it_is_named():
 
     with pytest.raises(ModelError, match="device: mps, but this host has no MPS device"):
         check_device("mps")
+
+
+def test_a_train_job_asking_for_more_gpus_than_its_host_has_is_named(monkeypatch):
+    from rewardloop.models.files import ModelError
+    from rewardloop.models.loading import check_gpu_count
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    with pytest.raises(ModelError, match=r"^train.num_processes asks for 2 GPUs \(one process each\), but this host "
+                                         r"has 0 CUDA device\(s\) \(CUDA_VISIBLE_DEVICES=\)"):
+        check_gpu_count("cuda", 2, "train.num_processes")
+    check_gpu_count("cpu", 4, "train.num_processes")  # gloo processes on the CPU need no GPU
+    check_gpu_count("cuda", 1, "train.num_processes")  # one process: check_device's question
