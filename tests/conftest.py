@@ -16,6 +16,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # The kernels a workflow run pins on the CPU (config cpu_kernels: auto), here too: a stage called in a test
 # computes what the same stage computes in a job (and the same bytes on every x86-64 CPU with AVX2).
 cpu_kernels.pin("auto", "cpu")
+# Two xdist workers share the cores: OpenMP threads that spin while they wait for each other then steal the
+# other worker's time (a short 2-thread tiny build and iteration beside another job: 111.5 + 31.2 s with
+# libgomp's default waits, 48.1 + 8.5 s passive, the same bytes). Passive waits change scheduling only.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import yaml
 
+from rewardloop.runtime import job_records
+
 from rewardloop.config import deep_merge
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,11 +56,14 @@ def snakemake(workdir: Path, *args: str, env: dict | None = None, cores: int = 2
 
 
 def file_digests(folder: Path, skip: tuple[str, ...] = (), mtime: bool = True) -> dict:
-    """{path under ``folder``: (sha256, mtime_ns)} (sha256 only with ``mtime=False``) of every file
+    """{path under ``folder``: (sha256, mtime_ns)} (sha256 only with ``mtime=False``) of every file (not the
+    copy of Snakemake's records, runtime/job_records.py)
     but those whose relative path starts with ``skip``: what "no earlier artifact changed" compares."""
     digests = {}
     for path in sorted(Path(folder).rglob("*")):
         rel = str(path.relative_to(folder))
+        if job_records.FOLDER in path.parts:  # Snakemake's bookkeeping, like .snakemake/: copied at a run's end
+            continue
         if path.is_file() and not rel.startswith(skip):
             sha = hashlib.sha256(path.read_bytes()).hexdigest()
             digests[rel] = (sha, path.stat().st_mtime_ns) if mtime else sha
