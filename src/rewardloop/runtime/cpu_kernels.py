@@ -13,9 +13,9 @@ validated, before any job starts (its own process imports no torch); the jobs in
 ``rewardloop`` command calls it before its subcommand runs. A variable already set in the
 environment wins, and is said. Measured, and the cost: docs/reliability.md#the-same-bytes-on-every-x86-64-cpu.
 
-``python -m rewardloop.runtime.kernel_probe OUT`` builds a short tiny model and prints the kernel level
-and the sha256 of its weights: the test and bench/bench_cpu_kernels.py run it in processes with the
-environments ``probe_environment`` gives.
+``python -m rewardloop.runtime.kernel_probe OUT`` builds a short tiny model, trains it one iteration and
+prints the kernel level and the digests of the tensors: the test and bench/bench_cpu_kernels.py run it
+in processes with the environments ``probe_environment`` gives.
 """
 
 from __future__ import annotations
