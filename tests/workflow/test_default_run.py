@@ -29,7 +29,7 @@ LORAS = ("a0a865ca1e5e57e208f57734e3b81bd4cc5151f3311edd46c12439a9d2d056ed",
 EVALS = (0.4752975965310985, 0.5917089565697913, 0.5992559814492271, 0.6389423229843975)
 
 
-@pytest.mark.skipif(not cpu_kernels._has_avx2(), reason="the figures hold on x86-64 CPUs with AVX2")
+@pytest.mark.skipif(not cpu_kernels.has_avx2(), reason="the figures hold on x86-64 CPUs with AVX2")
 def test_default_run_gives_the_readmes_bytes_and_figures(tmp_path):
     # The default config as it is, with its prompt files where they live and tracking left on.
     overlay = {"prompts": {k: str(ROOT / f"resources/prompts/{k}.txt") for k in ("train", "eval")}}

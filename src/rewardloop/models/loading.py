@@ -136,8 +136,7 @@ def check_device(name: str) -> None:
     index = int(name.split(":")[1]) if ":" in name else 0
     if index < count:
         return
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    seen = f"{count} CUDA device(s)" + (f" (CUDA_VISIBLE_DEVICES={visible})" if visible is not None else "")
+    seen = _cuda_devices_seen(count)
     if count == 0:
         build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
         raise ModelError(f"device: {name}, but torch {torch.__version__} ({build}) sees {seen} on this host; "
@@ -155,10 +154,15 @@ def check_gpu_count(device: str, gpus: int, asked_by: str) -> None:
     count = torch.cuda.device_count()
     if count >= gpus:
         return
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    seen = f"{count} CUDA device(s)" + (f" (CUDA_VISIBLE_DEVICES={visible})" if visible is not None else "")
-    raise ModelError(f"{asked_by} asks for {gpus} GPUs (one process each), but this host has {seen}; "
+    raise ModelError(f"{asked_by} asks for {gpus} GPUs (one process each), but this host has "
+                     f"{_cuda_devices_seen(count)}; "
                      "lower it, or ask the cluster for as many GPUs on the train job's node")
+
+
+def _cuda_devices_seen(count: int) -> str:
+    """What an error says of this host's CUDA devices: their count, and CUDA_VISIBLE_DEVICES when it is set."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return f"{count} CUDA device(s)" + (f" (CUDA_VISIBLE_DEVICES={visible})" if visible is not None else "")
 
 
 PRECISIONS = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}

@@ -61,7 +61,7 @@ def pin(setting: str, device: str, environ: MutableMapping[str, str] = os.enviro
     lines to say: a variable given another value in the environment (kept), a CPU it cannot apply to."""
     if level(setting, device) == "native":
         return []
-    if not _has_avx2():
+    if not has_avx2():
         return [f"rewardloop: cpu_kernels {setting}: this CPU ({platform.machine()}) has no AVX2; its "
                 "libraries choose their own kernels, and a CPU run's bytes may differ from an x86-64 AVX2 CPU's"]
     lines = []
@@ -86,7 +86,7 @@ def in_effect(environ: MutableMapping[str, str] = os.environ) -> str:
     return ", ".join(f"{name}={value}" for name, value in given.items() if value is not None)
 
 
-def _has_avx2() -> bool:
+def has_avx2() -> bool:
     """An x86-64 CPU with AVX2 and FMA (Linux: its flags; elsewhere: any x86-64)."""
     if platform.machine().lower() not in ("x86_64", "amd64"):
         return False

@@ -21,7 +21,7 @@ def build(out, env: dict) -> dict:
     return json.loads(result.stdout.splitlines()[-1])
 
 
-@pytest.mark.skipif(not cpu_kernels._has_avx2(), reason="the pin applies to x86-64 CPUs with AVX2")
+@pytest.mark.skipif(not cpu_kernels.has_avx2(), reason="the pin applies to x86-64 CPUs with AVX2")
 def test_pinned_builds_and_training_are_byte_identical_to_an_avx2_only_cpus_and_unpinned_ones_are_not_where_the_cpu_has_more(
         tmp_path):
     native = build(tmp_path / "native", cpu_kernels.probe_environment(pinned=False))
@@ -42,7 +42,7 @@ def test_pin_sets_what_is_unset_and_keeps_and_names_what_the_user_set():
     env = {"ATEN_CPU_CAPABILITY": "avx512", "MKL_CBWR": "avx2"}
     lines = cpu_kernels.pin("auto", "cpu", env)
     assert env == {"ATEN_CPU_CAPABILITY": "avx512", "MKL_CBWR": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
-    if cpu_kernels._has_avx2():
+    if cpu_kernels.has_avx2():
         assert len(lines) == 1 and "ATEN_CPU_CAPABILITY=avx512 from the environment is kept" in lines[0]
 
 
