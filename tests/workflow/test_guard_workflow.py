@@ -122,14 +122,16 @@ def test_rewardloop_rescore_adds_the_files_without_touching_anything_else(finish
 
 
 HACK = {
-    # DPO on JPEG compressibility at a learning rate 1000x the recipe's: in one iteration the images
-    # collapse (measured: diversity within a prompt 0.227 -> 0.087, high-frequency energy x4) while
-    # the trained reward climbs (-1.070 -> -1.061). At 2000x (0.5) iteration 1, training on the
-    # collapsed model's near-identical pairs, once went to a NaN loss (CI): too close to the edge.
+    # DPO on JPEG compressibility at a learning rate 1400x the recipe's: in one iteration the images
+    # collapse while the trained reward climbs. Measured with the CPU kernels pinned (cpu_kernels: auto, as
+    # the tests run): diversity within a prompt 0.227 -> 0.087, reward -1.0702 -> -1.0613 (unpinned:
+    # 0.083, -1.0701 -> -1.0554). At 1000x (0.25) the pinned reward fell (-1.0797) and at 750x the guard saw
+    # no diversity breach; at 2000x (0.5) iteration 1, training on the collapsed model's near-identical
+    # pairs, once went to a NaN loss (CI): this run stops before iteration 1 trains.
     "rewards": {"color_match": None, "jpeg_compressibility": 1.0},
     "gold_rewards": {"color_match": 1.0},
     "generate": {"prompts_per_iteration": 8, "images_per_prompt": 4},
-    "train": {"steps": 20, "learning_rate": 0.25, "max_grad_norm": 100.0,
+    "train": {"steps": 20, "learning_rate": 0.35, "max_grad_norm": 100.0,
               "lora": {"rank": 16, "alpha": 16}},
     "eval": {"seeds": [0, 1]},
     "guard": {"stop": True},
