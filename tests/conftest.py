@@ -21,6 +21,10 @@ cpu_kernels.pin("auto", "cpu")
 # libgomp's default waits, 48.1 + 8.5 s passive, the same bytes). Passive waits change scheduling only.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 ROOT = Path(__file__).resolve().parents[1]
+# The thread count the session's tiny models are built with: a build's bytes depend on it, and torch's count
+# is whatever the process last set (test modules set 1 at import, a stage called in-process sets its own), so
+# a model built on the default would differ between a whole-suite run and a run of one file.
+BUILD_THREADS = 1
 
 
 @pytest.fixture(scope="session")
@@ -35,7 +39,7 @@ def tiny_model(tmp_path_factory) -> Path:
     from rewardloop.models.tiny_sd15 import build_tiny_sd15
 
     folder = built_once(tmp_path_factory, "tiny-sd15", lambda root: build_tiny_sd15(
-        root / "tiny-sd15", seed=0, vae_steps=40, unet_steps=60, progress=False))
+        root / "tiny-sd15", seed=0, vae_steps=40, unet_steps=60, num_threads=BUILD_THREADS, progress=False))
     return folder / "tiny-sd15"
 
 
@@ -54,7 +58,8 @@ def tiny_sd3_model(tmp_path_factory) -> Path:
     from rewardloop.models.tiny_sd3 import build_tiny_sd3
 
     folder = built_once(tmp_path_factory, "tiny-sd3", lambda root: build_tiny_sd3(
-        root / "tiny-sd3", seed=0, vae_steps=30, unet_steps=40, progress=False))
+        root / "tiny-sd3", seed=0, vae_steps=30, unet_steps=40, num_threads=BUILD_THREADS,
+        progress=False))
     return folder / "tiny-sd3"
 
 
