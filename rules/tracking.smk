@@ -23,7 +23,9 @@ rule tracking_run:
     output:
         run=TRACKING_RUN,
     params:
-        results=SHARED_RESULTS or RESULTS,  # the folder whose run lock dates the workflow run's start
+        # the folder whose run lock dates the workflow run's start: the shared one of a fan-out, which is
+        # not this rule's output folder (a function: snakemake --lint takes a plain string for a path prefix)
+        results=lambda wildcards: SHARED_RESULTS or RESULTS,
     log:
         RUN.log("tracking", "run"),
     benchmark:

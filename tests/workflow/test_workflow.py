@@ -226,6 +226,18 @@ def test_raising_iterations_touches_no_finished_job_of_an_iteration(workdir, tmp
     assert planned == jobs(ITERATION, 2) + health(2) + REPORT
 
 
+@pytest.mark.parametrize("overlay", [{"tracking": {"enabled": True}},
+                                     {"generate": {"shards": 2}, "score": {"shards": 2}, "gold_rewards": {"jpeg_compressibility": 1.0}}],
+                         ids=["one-shard", "sharded"])
+def test_the_workflow_passes_snakemakes_lint(workdir, tmp_path, overlay):
+    """Every rule the config defines (the sharded rules exist only with shards > 1) has what snakemake's
+    linter asks for: logs, no absolute or hard-coded path prefixes in params, ..."""
+    path = tmp_path / "lint.yaml"
+    path.write_text(yaml.safe_dump(overlay))
+    result = snakemake(workdir, "--lint", overlays=(path,))
+    assert "Congratulations, your workflow is in a good condition!" in result.stdout + result.stderr, result.stdout
+
+
 SHARDS_RERUN = (
     "false today: with shards > 1, rules/generate.smk and rules/score.smk make samples.parquet/scores.parquet "
     "with another rule (a local gather job, scripts/gather_*.py, over generate_shard/score_shard jobs) than the "
