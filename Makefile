@@ -27,8 +27,9 @@ lint: $(STAMP)
 	$(BIN)/snakemake --lint
 
 # The suite runs in CORES processes (pytest-xdist), each test file whole in one of them (its fixtures built once).
+# (--durations: the 25 slowest tests end the output, so a CI log says where its time went)
 test: $(STAMP)
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -n $(CORES) --dist loadfile
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -n $(CORES) --dist loadfile --durations=25
 
 test-fast: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -n $(CORES) --dist loadfile -m "not workflow"
