@@ -5,6 +5,11 @@ pairs; grpo, nft and awm on the tiny SD3's rollouts. Real launches, real peft/ac
 from __future__ import annotations
 
 import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,15 +19,16 @@ from rewardloop.runtime import launch
 from rewardloop.config import stage_config
 from rewardloop.models.loading import LORA_WEIGHTS
 from rewardloop.stages import train
+from rewardloop.training.state import STATE_FILE
 
 from training_inputs import pair_files, run_cfg  # noqa: F401  (fixtures: tiny model rollouts, pairs)
 
 pytestmark = pytest.mark.workflow  # launches processes: slower than a unit test
 
 
-def train_once(run_cfg, pair_files, out, processes, batch_size):  # noqa: F811
+def train_once(run_cfg, pair_files, out, processes, batch_size, steps=4):  # noqa: F811
     cfg = stage_config(run_cfg, "seed", "model", "train", "device")
-    cfg["train"].update(steps=4, checkpointing_steps=2, batch_size=batch_size, num_processes=processes)
+    cfg["train"].update(steps=steps, checkpointing_steps=2, batch_size=batch_size, num_processes=processes)
     return train_files(cfg, pair_files / "pairs.parquet", pair_files / "latents.safetensors", out, processes)
 
 
@@ -60,6 +66,58 @@ def test_two_processes_equal_one_with_the_same_global_batch_and_resume(run_cfg, 
     assert resumed_metrics["resumed_from_step"] == 2 and len(resumed_metrics["history"]) == 4
     for key in double:
         torch.testing.assert_close(resumed[key], double[key], rtol=1e-5, atol=1e-7)
+
+
+def rank_pid(args_path: Path, rank: int) -> int | None:
+    """The pid of the training process of ``rank`` launched on ``args_path`` (torchrun sets RANK in its
+    environment), or None."""
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes().split(b"\0") if proc.name.isdigit() else []
+            if b"rewardloop.stages.train" in cmdline and str(args_path).encode() in cmdline:
+                if f"RANK={rank}".encode() in (proc / "environ").read_bytes().split(b"\0"):
+                    return int(proc.name)
+        except OSError:  # a process that ended meanwhile
+            continue
+    return None
+
+
+def test_a_killed_rank_ends_the_job_at_once_and_the_rerun_resumes_from_its_checkpoint(run_cfg, pair_files,  # noqa: F811
+                                                                                       tmp_path):
+    """kill -9 of rank 1 after the first in-stage checkpoint: the launch fails within seconds (torchrun's agent
+    stops rank 0, which would otherwise wait in its next all-reduce), leaves no rank behind and no LoRA; the
+    same job again resumes from the checkpoint and ends on the uninterrupted run's LoRA."""
+    steps = 16  # long enough to be killed midway: the first checkpoint is at step 2
+    reference, _ = train_once(run_cfg, pair_files, tmp_path / "whole", 2, batch_size=4, steps=steps)
+    out = tmp_path / "killed"
+    ended = {}
+
+    def launch_job():
+        try:
+            train_once(run_cfg, pair_files, out, 2, batch_size=4, steps=steps)
+        except RuntimeError as failed:
+            ended.update(error=str(failed), at=time.monotonic())
+
+    job = threading.Thread(target=launch_job)
+    job.start()
+    while not (out / "state" / STATE_FILE).is_file() and job.is_alive():
+        time.sleep(0.05)
+    args = out / "state" / launch.ARGS_FILE
+    victim = rank_pid(args, 1)
+    assert victim is not None, "rank 1 was not found running after the first checkpoint"
+    os.kill(victim, signal.SIGKILL)
+    killed = time.monotonic()
+    job.join(timeout=300)
+    assert not job.is_alive(), "the job still runs 300 s after rank 1 died"
+    assert "accelerate launch with 2 processes failed" in ended.get("error", ""), ended
+    assert ended["at"] - killed < 60, f"the job took {ended['at'] - killed:.0f} s to fail"
+    assert rank_pid(args, 0) is None and rank_pid(args, 1) is None  # no rank left running
+    assert not (out / "train" / LORA_WEIGHTS).exists()
+
+    resumed, metrics = train_once(run_cfg, pair_files, out, 2, batch_size=4, steps=steps)
+    assert metrics["resumed_from_step"] >= 2 and len(metrics["history"]) == steps
+    for key in reference:
+        torch.testing.assert_close(resumed[key], reference[key], rtol=1e-5, atol=1e-7)
 
 
 # --- the advantage objectives ---------------------------------------------------------------------
