@@ -1,6 +1,7 @@
-"""A run whose reward is served from another environment: the OCR reward's paddleocr backend, which
-conflicts with this environment's opencv, served from its own venv by tests/paddleocr_ci.sh, which sets
-REWARDLOOP_PADDLE_OCR_URL to the server's address (skipped without it, as in `make test`)."""
+"""Runs whose reward is served elsewhere: by a server that speaks Flow-Factory's protocol (a stand-in of that
+make, tests/unit/rewards/stand_in_servers.py), and the OCR reward's paddleocr backend, which conflicts with
+this environment's opencv, served from its own venv by tests/paddleocr_ci.sh, which sets
+REWARDLOOP_PADDLE_OCR_URL to the server's address (that test is skipped without it, as in `make test`)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,11 @@ from collections import Counter
 
 import pytest
 
-from rewardloop.artifacts import read_provenance, read_table
+import numpy as np
 
+from rewardloop.artifacts import decode_image, read_provenance, read_table
+
+from remote_servers import running, stand_in
 from workflow_helpers import ROOT, planned_jobs, snakemake, tiny_overlay, write_overlay
 
 pytestmark = pytest.mark.workflow
@@ -48,3 +52,29 @@ def test_a_run_scores_with_paddleocr_served_from_its_own_venv(tiny_model, tmp_pa
     served = json.loads(read_provenance(results / "iter_000/scores.parquet")["inputs"]["rewards.ocr.remote"])
     assert served["reward"] == "ocr" and served["options"]["backend"] == "paddleocr", served
     assert planned_jobs(snakemake(work, "-n")) == Counter()  # the same server again: nothing to rerun
+
+
+def test_a_run_scores_with_a_flow_factory_protocol_server(tiny_model, tmp_path):
+    """The server's reward (mean pixel level) beside a local one: every rollout's and eval image's served
+    score is the level of the image the run saved, the identity is the protocol, URL and health reply."""
+    work = tmp_path / "run"
+    work.mkdir()
+    with running(stand_in("flow_factory"), tmp_path / "server.log") as (url, _):
+        write_overlay(work, tiny_overlay(
+            tiny_model, iterations=1, tracking={"enabled": False},
+            rewards={"color_match": 1.0, "level": {"weight": 0.5, "remote": {"url": url, "protocol": "flow_factory"}}},
+            generate={"prompts_per_iteration": 4, "images_per_prompt": 2}))
+        snakemake(work)
+        assert planned_jobs(snakemake(work, "-n")) == Counter()
+
+    results = work / "results"
+    for table in ("iter_000/scores.parquet", "iter_000/eval.parquet"):
+        scored = read_table(results / table).to_pandas()
+        if "image" not in scored:  # scores.parquet holds the scores; the images are the rollouts'
+            samples = read_table(results / "iter_000/samples.parquet").to_pandas()
+            scored = scored.merge(samples[["sample_id", "image"]], on="sample_id")
+        levels = [np.asarray(decode_image(cell, table), dtype=np.float64).mean() / 255 for cell in scored.image]
+        assert np.allclose(scored.reward_level, levels, atol=1e-12), table
+        assert np.allclose(scored.reward, scored.reward_color_match + 0.5 * scored.reward_level), table
+    identity = json.loads(read_provenance(results / "iter_000/scores.parquet")["inputs"]["rewards.level.remote"])
+    assert identity == {"protocol": "flow_factory", "url": url, "health": {"status": "ok"}}
