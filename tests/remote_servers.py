@@ -24,9 +24,10 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def running(command: list[str], log: Path, env=None):
-    """``(url, log)`` of a server started by ``command`` (its port appended), up once it answers HTTP."""
-    port = free_port()
+def running(command: list[str], log: Path, env=None, port: int | None = None):
+    """``(url, log)`` of a server started by ``command`` (its port appended: ``port``, else a free one), up
+    once it answers HTTP."""
+    port = port or free_port()
     with open(log, "w") as out:
         process = subprocess.Popen([*command, str(port)], stdout=out, stderr=subprocess.STDOUT,
                                    env={**os.environ, **(env or {})})

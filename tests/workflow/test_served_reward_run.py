@@ -15,8 +15,8 @@ import numpy as np
 
 from rewardloop.artifacts import decode_image, read_provenance, read_table
 
-from remote_servers import running, stand_in
-from workflow_helpers import ROOT, planned_jobs, snakemake, tiny_overlay, write_overlay
+from remote_servers import free_port, running, stand_in
+from workflow_helpers import ROOT, file_digests, planned_jobs, snakemake, tiny_overlay, write_overlay
 
 pytestmark = pytest.mark.workflow
 
@@ -78,3 +78,48 @@ def test_a_run_scores_with_a_flow_factory_protocol_server(tiny_model, tmp_path):
         assert np.allclose(scored.reward, scored.reward_color_match + 0.5 * scored.reward_level), table
     identity = json.loads(read_provenance(results / "iter_000/scores.parquet")["inputs"]["rewards.level.remote"])
     assert identity == {"protocol": "flow_factory", "url": url, "health": {"status": "ok"}}
+
+
+def test_a_server_killed_mid_run_fails_the_score_job_naming_it_and_the_rerun_scores_only_what_is_missing(
+        tiny_model, tmp_path):
+    """Iteration 0 scored by one server; the server is then replaced by one that dies at its first request:
+    iteration 1's score job fails naming the server, the request and the cause, and nothing of iteration 0
+    changes; with a working server of the same reward again, the rerun plans iteration 1's scoring and what
+    follows, not its finished rollouts. (One address throughout: the URL is part of the jobs' params.)"""
+    work = tmp_path / "run"
+    work.mkdir()
+    port = free_port()
+
+    def configure(url: str, iterations: int) -> None:
+        write_overlay(work, tiny_overlay(
+            tiny_model, iterations=iterations, tracking={"enabled": False},
+            rewards={"color_match": 1.0, "mean_level": {"weight": 1.0,
+                                                        "remote": {"url": url, "retries": 2, "backoff": 0.05}}},
+            generate={"prompts_per_iteration": 4, "images_per_prompt": 2}))
+
+    with running(stand_in("flaky:0"), tmp_path / "first.log", port=port) as (url, _):
+        configure(url, 1)
+        snakemake(work)
+    kept = ("logs", "benchmarks", "report", ".rewardloop.lock")  # (the lock holds the running pid)
+    finished = file_digests(work / "results", skip=kept)
+
+    with running(stand_in("vanish"), tmp_path / "vanish.log", port=port) as (url, _):
+        configure(url, 2)
+        with pytest.raises(AssertionError) as failed:
+            snakemake(work)
+    message = str(failed.value)
+    assert f"POST {url}/score (request 1 of this job" in message and "connection failed" in message, message[-3000:]
+    assert "rule score failed" in message
+    iteration_1 = work / "results/iter_001"
+    assert (iteration_1 / "samples.parquet").is_file() and not (iteration_1 / "scores.parquet").exists()
+    assert file_digests(work / "results", skip=(*kept, "iter_001")) == finished
+
+    with running(stand_in("flaky:0"), tmp_path / "again.log", port=port) as (url, _):
+        configure(url, 2)
+        planned = planned_jobs(snakemake(work, "-n"))
+        assert ("score", "it=001") in planned and not any(it in ("it=000", "") and rule != "all" and
+                                                          not rule.startswith(("plot_", "report"))
+                                                          for rule, it in planned), planned
+        assert ("generate", "it=001") not in planned, planned
+        snakemake(work)
+    assert (iteration_1 / "scores.parquet").is_file()

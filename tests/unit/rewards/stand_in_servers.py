@@ -7,6 +7,8 @@ Every mode scores ``mean_level``: the mean of an image's RGB values / 255. ``GET
 - ``flaky:N``: protocol rewardloop/1; the first N scoring requests answer 503, the next ones score;
 - ``refuse``: rewardloop/1; every scoring request answers 400;
 - ``short``: rewardloop/1; answers 200 with one score too few (a malformed reply);
+- ``vanish``: rewardloop/1; the process exits at its first scoring request, before replying (a server
+  killed mid-batch);
 - ``flow_factory``: Flow-Factory's protocol as its client speaks it (X-GenGroup/Flow-Factory,
   src/flow_factory/rewards/my_reward_remote.py): ``POST /compute`` with ``prompt``, ``image`` (base64
   PNG), ``video``, ``condition_images``, ``condition_videos``, ``kwargs``; reply ``{"rewards": [...]}``;
@@ -18,6 +20,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import os
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -69,6 +72,8 @@ def handler(mode: str):
                 if self.path != "/compute" or set(body) != FLOW_FACTORY_FIELDS:
                     return self.reply(422, {"detail": f"expected POST /compute with {sorted(FLOW_FACTORY_FIELDS)}"})
                 return self.reply(200, {"rewards": [mean_level(b) for b in body["image"]]})
+            if mode == "vanish":
+                os._exit(1)  # killed mid-batch: the connection drops, nothing answers on the port again
             if mode == "refuse":
                 return self.reply(400, {"protocol": "rewardloop/1",
                                         "error": {"code": "bad_request", "message": "refused on purpose"}})
