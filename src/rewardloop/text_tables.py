@@ -10,7 +10,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 def aligned(headers: Sequence[str], body: Iterable[Sequence[str]]) -> str:
     """Right-aligned columns under a header and a rule of dashes."""
     body = [list(row) for row in body]
-    widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(headers)]
+    widths = [max([len(h)] + [len(r[i]) for r in body]) for i, h in enumerate(headers)]
     lines = ["  ".join(h.rjust(w) for h, w in zip(headers, widths)), "  ".join("-" * w for w in widths)]
     lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in body]
     return "\n".join(lines)
