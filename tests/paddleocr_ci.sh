@@ -39,7 +39,16 @@ PORT="$("$VENV/bin/python" -c 'import socket; s = socket.socket(); s.bind(("127.
 read -r -a OPTIONS <<<"$("$VENV/bin/python" tests/paddle_models.py "$WORK/models")"
 "$VENV/bin/python" -m rewardloop.cli serve-reward --reward ocr "${OPTIONS[@]}" --port "$PORT" >"$WORK/server.log" 2>&1 &
 SERVER=$!
-trap 'kill "$SERVER" 2>/dev/null; wait "$SERVER" 2>/dev/null; rm -rf "$WORK"' EXIT
+# The server is stopped on the way out; its own status (143, killed) must not become the script's: under
+# set -e a failing `wait` in the trap would exit with it, after every test had passed.
+stop_server() {
+    local status=$?
+    kill "$SERVER" 2>/dev/null || true
+    wait "$SERVER" 2>/dev/null || true
+    rm -rf "$WORK"
+    exit "$status"
+}
+trap stop_server EXIT
 for _ in $(seq 600); do
     "$VENV/bin/python" -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$PORT/health', timeout=2)" \
         2>/dev/null && break
