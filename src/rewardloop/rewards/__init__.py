@@ -16,6 +16,7 @@ from rewardloop.rewards import (  # noqa: F401  (imported to register)
     jpeg,
     ocr,
     pickscore,
+    vlm_judge,
 )
 
 __all__ = ["Reward", "available_rewards", "build_reward", "check_options", "check_prompts", "register"]

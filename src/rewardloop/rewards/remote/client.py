@@ -6,13 +6,17 @@ server's health what it serves and refuses another reward than the configured on
 reruns (``remote_identities``) is what the health endpoint reports: reward, options, checkpoint
 fingerprints (rewardloop protocol), so a server now serving other weights reruns scoring, and a
 restarted server with the same weights reruns nothing.
+
+A reward configured by its own options that also asks a server (``vlm_judge``: an OpenAI-compatible
+chat endpoint) registers how to ask it in ``SERVER_IDENTITIES``; its identity joins the remote ones
+here, so the same startup check and reruns cover it.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -20,6 +24,12 @@ from rewardloop.rewards.remote.protocols import PROTOCOLS
 from rewardloop.rewards.remote.spec import RemoteSpec, is_remote, parse_remote
 from rewardloop.rewards.remote.token import read_token
 from rewardloop.rewards.remote.transport import Endpoint, PermanentError, RemoteRewardError
+
+
+# {registered reward name: options -> identity}: filled by those rewards' modules as rewards/__init__ imports
+# them, which happens before this module runs (it is inside the rewards package); this module does not import
+# rewards.base, which imports it.
+SERVER_IDENTITIES: dict[str, Callable[[Mapping], dict]] = {}
 
 
 class RemoteReward:
@@ -86,8 +96,15 @@ def _served(name: str, spec: RemoteSpec, key: str) -> str:
     return json.dumps(identity, sort_keys=True, separators=(",", ":"))
 
 
+@functools.lru_cache(maxsize=None)
+def _asked(name: str, options: str) -> str:
+    """The canonical JSON of ``SERVER_IDENTITIES[name]`` for these options (JSON), once per process."""
+    return json.dumps(SERVER_IDENTITIES[name](json.loads(options)), sort_keys=True, separators=(",", ":"))
+
+
 def remote_identities(rewards_cfg: Mapping, key: str = "rewards") -> dict[str, str]:
-    """``{"<key>.<name>.remote": identity}`` of the remote entries of a rewards section (asks each server).
+    """``{"<key>.<name>.remote": identity}`` of the remote entries of a rewards section (asks each server),
+    and ``{"<key>.<name>.server": identity}`` of its entries in ``SERVER_IDENTITIES``.
 
     For ``config.input_identities``: in a job's params, the identity makes a server that now serves
     other weights rerun the jobs that scored with it. ``ValueError`` names the entry, the URL and the
@@ -96,6 +113,12 @@ def remote_identities(rewards_cfg: Mapping, key: str = "rewards") -> dict[str, s
     found = {}
     for name, value in (rewards_cfg or {}).items():
         if not is_remote(value):
+            if name in SERVER_IDENTITIES and isinstance(value, Mapping):
+                options = {k: v for k, v in value.items() if k != "weight"}
+                try:
+                    found[f"{key}.{name}.server"] = _asked(name, json.dumps(options, sort_keys=True))
+                except (RemoteRewardError, ValueError) as exc:
+                    raise ValueError(f"'{key}.{name}': {exc}") from None
             continue
         spec = parse_remote(name, value, key=key)
         try:

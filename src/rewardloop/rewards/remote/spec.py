@@ -62,7 +62,7 @@ def parse_remote(name: str, value: Mapping, key: str = "rewards") -> RemoteSpec:
     if remote.get("url") is None:
         raise ValueError(f"{where}.remote.url': missing (expected the server's base URL, e.g. http://127.0.0.1:8765)")
     spec = RemoteSpec(**{k: v for k, v in remote.items() if v is not None})
-    _check_url(spec.url, f"{where}.remote.url'")
+    check_url(spec.url, f"{where}.remote.url'")
     if spec.protocol not in PROTOCOL_NAMES:
         raise ValueError(f"{where}.remote.protocol': expected one of {', '.join(PROTOCOL_NAMES)}, "
                          f"got {spec.protocol!r} (flow_grpo's pickle protocol is not supported: docs/rewards.md)")
@@ -73,21 +73,27 @@ def parse_remote(name: str, value: Mapping, key: str = "rewards") -> RemoteSpec:
         spec = replace(spec, reward=name)
     if not isinstance(spec.reward, (str, type(None))) or spec.reward == "":
         raise ValueError(f"{where}.remote.reward': expected a reward name, got {spec.reward!r}")
-    _check_number(spec.timeout, f"{where}.remote.timeout'", positive=True)
-    _check_number(spec.backoff, f"{where}.remote.backoff'", positive=False)
-    if isinstance(spec.retries, bool) or not isinstance(spec.retries, int) or spec.retries < 0:
-        raise ValueError(f"{where}.remote.retries': expected an integer >= 0, got {spec.retries!r}")
-    if spec.token_env is not None and spec.token_file is not None:
-        raise ValueError(f"{where}.remote': give token_env or token_file, not both")
-    if spec.token_env is not None and not (isinstance(spec.token_env, str) and ENV_NAME.fullmatch(spec.token_env)):
-        raise ValueError(f"{where}.remote.token_env': expected the NAME of an environment variable, "
-                         f"got {spec.token_env!r} (never the token itself)")
-    if spec.token_file is not None and not isinstance(spec.token_file, str):
-        raise ValueError(f"{where}.remote.token_file': expected a path, got {spec.token_file!r}")
+    check_connection(f"{where}.remote", spec.timeout, spec.retries, spec.backoff, spec.token_env, spec.token_file)
     return spec
 
 
-def _check_url(url, where: str) -> None:
+def check_connection(where: str, timeout, retries, backoff, token_env, token_file) -> None:
+    """A client's timeout, retries, backoff and token source (a remote entry's, vlm_judge's); ``ValueError``
+    naming the key under ``where`` (``'rewards.ocr.remote``)."""
+    _check_number(timeout, f"{where}.timeout'", positive=True)
+    _check_number(backoff, f"{where}.backoff'", positive=False)
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        raise ValueError(f"{where}.retries': expected an integer >= 0, got {retries!r}")
+    if token_env is not None and token_file is not None:
+        raise ValueError(f"{where}': give token_env or token_file, not both")
+    if token_env is not None and not (isinstance(token_env, str) and ENV_NAME.fullmatch(token_env)):
+        raise ValueError(f"{where}.token_env': expected the NAME of an environment variable (letters, digits, _), "
+                         "never the token itself (the value is not repeated here: it may be the token)")
+    if token_file is not None and not isinstance(token_file, str):
+        raise ValueError(f"{where}.token_file': expected a path, got a {type(token_file).__name__}")
+
+
+def check_url(url, where: str) -> None:
     if not isinstance(url, str):
         raise ValueError(f"{where}: expected an http(s) URL, got {url!r}")
     parts = urlsplit(url)
