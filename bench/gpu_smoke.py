@@ -12,6 +12,8 @@ stage by stage. It prints, per recipe:
   bench/count_dpo_flops.py counts them) times the forwards a stage runs, over its time and the
   device's dense bf16 peak (``--peak-tflops``, H100/H200 SXM: 989). A backward counts as two
   forwards; the counts per objective are in ``TRAIN_FORWARDS``.
+With ``--vlm-judge`` it then checks the vlm_judge reward against a real VLM served here
+(bench/vlm_judge_smoke.py; skipped, saying why, without a cached judge or a server to serve it).
 On one H200 the whole run is meant to take under 10 minutes (most of it building and saving the
 replicas). ``--size tiny --device cpu`` runs the same on a CPU in a few minutes (figures
 meaningless): tests/workflow/test_gpu_smoke.py does, so the script works the day a GPU is at hand.
@@ -164,6 +166,8 @@ def main() -> None:
     parser.add_argument("--drop-replicas", action="store_true",
                         help="delete a family's replicas once no later recipe needs them (full size: ~65 GB for all five)")
     parser.add_argument("--peak-tflops", type=float, default=989.0, help="the device's dense bf16 peak")
+    parser.add_argument("--vlm-judge", action="store_true",
+                        help="then check the vlm_judge reward against a real VLM (bench/vlm_judge_smoke.py)")
     args = parser.parse_args()
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         parser.error("no CUDA device (use --size tiny --device cpu to run the script on a CPU)")
@@ -197,6 +201,14 @@ def main() -> None:
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
+    if args.vlm_judge:
+        from vlm_judge_smoke import vlm_judge_check  # beside this script, so on sys.path
+
+        try:
+            print(json.dumps(vlm_judge_check(args.out / "vlm_judge", args.device)), flush=True)
+        except Exception:
+            traceback.print_exc()
+            failed.append("vlm_judge")
     print(f"total {time.perf_counter() - started:.0f} s")
     if failed:
         raise SystemExit(f"failed: {', '.join(failed)}")
