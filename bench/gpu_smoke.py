@@ -12,12 +12,17 @@ stage by stage. It prints, per recipe:
   bench/count_dpo_flops.py counts them) times the forwards a stage runs, over its time and the
   device's dense bf16 peak (``--peak-tflops``, H100/H200 SXM: 989). A backward counts as two
   forwards; the counts per objective are in ``TRAIN_FORWARDS``.
+With ``--fsdp N`` (N >= 2 GPUs) each recipe's train stage also runs launched in N processes twice, with
+train.distributed ddp and fsdp, on the same rollouts: the two written models (LoRA or full UNet) must agree
+(each tensor within 2 % of its norm, bf16) and the times of both are printed; a 2-process run on the CPU is
+tests/workflow/test_fsdp_training.py, this is the GPU's (NCCL, cuda devices, models loaded on the CPU and
+sharded onto the GPUs, bf16 gathers).
 With ``--vlm-judge`` it then checks the vlm_judge reward against a real VLM served here
 (bench/vlm_judge_smoke.py; skipped, saying why, without a cached judge or a server to serve it).
 On one H200 the whole run is meant to take under 10 minutes (most of it building and saving the
 replicas). ``--size tiny --device cpu`` runs the same on a CPU in a few minutes (figures
 meaningless): tests/workflow/test_gpu_smoke.py does, so the script works the day a GPU is at hand.
-Usage: python bench/gpu_smoke.py [--out /tmp/rewardloop-gpu-smoke] [--recipes a,b] [--size full]
+Usage: python bench/gpu_smoke.py [--out /tmp/rewardloop-gpu-smoke] [--recipes a,b] [--size full] [--fsdp 2]
 """
 
 from __future__ import annotations
@@ -94,7 +99,38 @@ class Stage:
         self.peak_gb = torch.cuda.max_memory_allocated() / 1e9 if self.cuda else float("nan")
 
 
-def run_recipe(name: str, out: Path, assets: Path, size: str, device: str) -> dict:
+def fsdp_check(cfg: dict, it: Path, signal: Path, gpus: int) -> dict:
+    """The recipe's train stage launched in ``gpus`` processes under DDP, then FSDP, on the same rollouts: the
+    largest relative difference of a written tensor, and each run's seconds."""
+    from safetensors.torch import load_file
+
+    from rewardloop.models.files import FULL_UNET_WEIGHTS, LORA_WEIGHTS
+    from rewardloop.runtime.launch import run_launched
+
+    weights = FULL_UNET_WEIGHTS if cfg["train"]["adapter"] == "none" else LORA_WEIGHTS
+    written, seconds = {}, {}
+    for mode in ("ddp", "fsdp"):
+        run = it / mode
+        job = {**cfg, "train": {**cfg["train"], "num_processes": gpus, "distributed": mode,
+                                "mixed_precision": "bf16" if cfg["train"]["mixed_precision"] == "fp16"
+                                else cfg["train"]["mixed_precision"]}}
+        kwargs = dict(cfg=job, iteration=0, signal_path=str(signal), latents_path=str(it / "latents.safetensors"),
+                      init_lora_dir=None, out_dir=str(run / "train"), state_dir=str(run / "state"),
+                      metrics_path=str(run / "train.json"), threads=8, progress=False)
+        started = time.perf_counter()
+        run_launched(kwargs, gpus, job["train"]["mixed_precision"], run / "state")
+        seconds[mode] = time.perf_counter() - started
+        written[mode] = load_file(run / "train" / weights)
+    ddp, fsdp = written["ddp"], written["fsdp"]
+    assert ddp.keys() == fsdp.keys(), "FSDP wrote other tensors than DDP"
+    worst = max(((ddp[k].float() - fsdp[k].float()).norm() / (ddp[k].float().norm() + 1e-12)).item() for k in ddp)
+    if worst > 0.02:
+        raise AssertionError(f"FSDP's {weights} differs from DDP's: a tensor by {worst:.1%} of its norm")
+    return {"fsdp_gpus": gpus, "fsdp_worst_rel_diff": worst, "ddp_train_s": seconds["ddp"],
+            "fsdp_train_s": seconds["fsdp"]}
+
+
+def run_recipe(name: str, out: Path, assets: Path, size: str, device: str, fsdp: int = 0) -> dict:
     from rewardloop.artifacts import read_table, read_tensors
     from rewardloop.config import deep_merge, load
     from rewardloop.models.families import get_family
@@ -131,6 +167,7 @@ def run_recipe(name: str, out: Path, assets: Path, size: str, device: str) -> di
         train.run(cfg, 0, signal, it / "latents.safetensors", None, it / "train", it / "state", it / "train.json",
                   threads=8, progress=False)
     metrics = json.loads((it / "train.json").read_text())
+    checked = fsdp_check(cfg, it, signal, fsdp) if fsdp else {}
     gen = cfg["generate"]
     images = gen["prompts_per_iteration"] * gen["images_per_prompt"]
     cfg_passes = 2 if family.uses_cfg and gen["guidance_scale"] > 1 else 1  # an embedded guidance: one pass
@@ -153,7 +190,7 @@ def run_recipe(name: str, out: Path, assets: Path, size: str, device: str) -> di
             "rollout_tflops": rollout_flops / stages["generate"].seconds / 1e12,
             "train_tflops": train_flops / stages["train"].seconds / 1e12,
             **{f"{s}_peak_gb": stage.peak_gb for s, stage in stages.items()},
-            **{f"{s}_s": stage.seconds for s, stage in stages.items()}, "replica_s": replica_s}
+            **{f"{s}_s": stage.seconds for s, stage in stages.items()}, "replica_s": replica_s, **checked}
 
 
 def main() -> None:
@@ -168,9 +205,13 @@ def main() -> None:
     parser.add_argument("--peak-tflops", type=float, default=989.0, help="the device's dense bf16 peak")
     parser.add_argument("--vlm-judge", action="store_true",
                         help="then check the vlm_judge reward against a real VLM (bench/vlm_judge_smoke.py)")
+    parser.add_argument("--fsdp", type=int, default=0, metavar="N",
+                        help="also train each recipe in N processes under DDP and FSDP and compare (N GPUs)")
     args = parser.parse_args()
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         parser.error("no CUDA device (use --size tiny --device cpu to run the script on a CPU)")
+    if args.fsdp and args.device.startswith("cuda") and torch.cuda.device_count() < args.fsdp:
+        parser.error(f"--fsdp {args.fsdp}: one process per GPU, but {torch.cuda.device_count()} GPU(s) are visible")
     started = time.perf_counter()
     rows = []
     names = args.recipes.split(",")
@@ -186,7 +227,7 @@ def main() -> None:
 
         AcceleratorState._reset_state(reset_partial_state=True)  # each recipe its own mixed precision
         try:
-            row = run_recipe(name, args.out, args.out / "assets", args.size, args.device)
+            row = run_recipe(name, args.out, args.out / "assets", args.size, args.device, args.fsdp)
         except Exception:  # one recipe's failure (e.g. out of memory) does not cost the others' figures
             traceback.print_exc()
             failed.append(name)
@@ -221,7 +262,9 @@ def row_line(row: dict, peak_tflops: float) -> str:
             f"peak GPU memory generate {row['generate_peak_gb']:.1f} / score {row['score_peak_gb']:.1f} / "
             f"train {row['train_peak_gb']:.1f} GB; MFU rollout {row['rollout_tflops'] / peak_tflops:.1%}, "
             f"train {row['train_tflops'] / peak_tflops:.1%} (denoiser forward {row['forward_tflop']:.3f} TFLOP; "
-            f"replica {row['replica_s']:.0f} s, generate {row['generate_s']:.0f} s, train {row['train_s']:.0f} s)")
+            f"replica {row['replica_s']:.0f} s, generate {row['generate_s']:.0f} s, train {row['train_s']:.0f} s)"
+            + (f"; {row['fsdp_gpus']} GPUs: DDP {row['ddp_train_s']:.0f} s, FSDP {row['fsdp_train_s']:.0f} s, "
+               f"weights within {row['fsdp_worst_rel_diff']:.2%}" if "fsdp_gpus" in row else ""))
 
 if __name__ == "__main__":
     main()

@@ -44,6 +44,7 @@ def check_semantics(config: dict) -> None:
     if offline and not Path(offline).is_file():
         raise ConfigError(f"data.offline_pairs: {offline} is not a file (expected a Pick-a-Pic layout Parquet)")
     check_objective(config)
+    check_distributed(config["train"])
     check_guidance_evals(config)
     sections = {"rewards": config["rewards"], "eval.rewards": config["eval"].get("rewards") or {},
                 "gold_rewards": config["gold_rewards"]}
@@ -188,6 +189,23 @@ def check_objective(config: dict) -> None:
         check_sampler(generate["scheduler"], get_family(family).flow_matching, generate["eta"], objective.records_steps)
     except SamplerError as exc:
         raise ConfigError(str(exc)) from exc
+
+
+def check_distributed(train: Mapping) -> None:
+    """``train.distributed: fsdp`` with options its FSDP2 sharding cannot honour (rewardloop.training.fsdp)."""
+    if train["distributed"] != "fsdp":
+        return
+    refused = {
+        "train.mixed_precision": (train["mixed_precision"] == "fp16",
+                                  "fp16's loss scaler does not unscale sharded gradients; use bf16 or no"),
+        "train.optimizer": (train["optimizer"] != "adamw", f"{train['optimizer']} keeps states that are not shaped "
+                            "like the sharded weights; use adamw"),
+        "train.reference_offload": (train["reference_offload"], "a sharded reference stays sharded on the GPUs "
+                                    "(1/N of it each); set train.reference_offload: false"),
+    }
+    for key, (bad, why) in refused.items():
+        if bad:
+            raise ConfigError(f"train.distributed: fsdp with {key}: {train[key.split('.')[1]]}: {why}")
 
 
 def check_guidance_evals(config: Mapping) -> None:

@@ -5,13 +5,16 @@ loads the models the objective needs, and lets the Trainer run the objective's p
 ``train.adapter: lora`` continues model(it-1)'s LoRA; ``none`` fine-tunes every denoiser weight of
 model(it-1) (a full diffusers folder, or the base plus ``model.init_lora`` fused at iteration 0).
 Weight sets an objective keeps beside its LoRA (NFT's old policy) are read from and written to
-``<model>/<name>/``. Offline pairs (``data.offline_pairs``, encoded once) are mixed in.
+``<model>/<name>/``. Offline pairs (``data.offline_pairs``, encoded once) are mixed in. Under
+``train.distributed: fsdp`` the models are loaded on the CPU and sharded onto the GPUs block by block, and
+every rank gathers the trained weights with rank 0, which writes them as without FSDP.
 """
 
 from __future__ import annotations
 
 import copy
 import hashlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,6 +93,8 @@ def prepare(cfg, iteration: int, signal_path, latents_path, init_lora_dir, threa
     train = objective.train
     metrics = {"iteration": iteration}
     device = torch_setup(threads, cfg["device"])
+    if train.distributed == "fsdp" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        device = "cpu"  # whole on no GPU: fully_shard moves each block's shard to this rank's device
     with timed(metrics, "perf/model_load_time"):
         pipe, reference = load_models(cfg["model"], train.adapter, objective.reference(), init_lora_dir, device)
     trainer = Trainer(train, getattr(pipe, family.denoiser), cfg["seed"], iteration, reference)
@@ -127,17 +132,21 @@ def run(cfg, iteration: int, signal_path, latents_path, init_lora_dir, out_dir, 
     family, train = cfg["model"]["family"], job.objective.train
     with timed(metrics, "perf/train_time"):
         history, resumed_from = job.run(state_dir, progress=progress)
-    if not trainer.accelerator.is_main_process:
-        return  # every rank holds the same weights; rank 0 writes them
-    if train.adapter == "none":
-        from rewardloop.models.full_model import save_unet
+    # Rank 0 writes the weights: under DDP every rank holds them; under FSDP every rank gathers them with it.
+    main = trainer.accelerator.is_main_process
+    with trainer.gathered(lora_only=train.adapter == "lora"):
+        if main and train.adapter == "none":
+            from rewardloop.models.full_model import save_unet
 
-        save_unet(trainer.accelerator.unwrap_model(trainer.model), out_dir)
-    else:
-        save_lora(trainer.model, family, train.lora, out_dir)
+            save_unet(trainer.accelerator.unwrap_model(trainer.model), out_dir)
+        elif main:
+            save_lora(trainer.model, family, train.lora, out_dir)
     for name in job.objective.extra_adapters:
-        with trainer.policy.swapped_in(name):
-            save_lora(trainer.model, family, train.lora, Path(out_dir) / name)
+        with trainer.policy.swapped_in(name), trainer.gathered(lora_only=True):
+            if main:
+                save_lora(trainer.model, family, train.lora, Path(out_dir) / name)
+    if not main:
+        return
     metrics["train/learning_rate"] = trainer.learning_rate
     metrics.update(job.objective.summarize(history, resumed_from))
     metrics.update({"history": history, "processes": trainer.accelerator.num_processes})

@@ -32,6 +32,7 @@ class TrainConfig:
     mixed_precision: str
     checkpointing_steps: int
     num_processes: int | None
+    distributed: str  # ddp | fsdp: how several processes hold the model (rewardloop.training.fsdp)
     adapter: str  # lora | none (full fine-tuning)
     reference_offload: bool
     gradient_checkpointing: bool

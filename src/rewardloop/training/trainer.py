@@ -7,7 +7,8 @@ mean of the micro-batches' losses is one optimizer step, with gradient clipping,
 hooks, an in-stage checkpoint every ``checkpointing_steps`` and a finite-weights guard. Every
 micro-batch is a pure function of (seed, iteration, step, micro), so resuming from a checkpoint
 reproduces the uninterrupted run exactly. Several processes (``accelerate launch``) each take
-their slice of every micro-batch, for objectives that allow it.
+their slice of every micro-batch, for objectives that allow it: DDP, or with ``train.distributed:
+fsdp`` the denoiser's weights, gradients and optimizer states sharded over them (rewardloop.training.fsdp).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from rewardloop.training import fsdp
 from rewardloop.training.config import TrainConfig
 from rewardloop.training.policy import Policy
 from rewardloop.training.state import load_state, save_state
@@ -44,6 +46,8 @@ class Trainer:
         apply_gpu_switches(cfg)
         # Accumulation is the plan's (a list of micro-batches per update), so accelerate accumulates nothing.
         self.accelerator = Accelerator(mixed_precision=cfg.mixed_precision, cpu=not torch.cuda.is_available())
+        # FSDP shards over several processes; in one there is nothing to shard and it trains as without.
+        self.fsdp = cfg.distributed == "fsdp" and self.accelerator.num_processes > 1
         if cfg.adapter == "none":
             denoiser.requires_grad_(True)
             params = list(denoiser.parameters())
@@ -72,7 +76,10 @@ class Trainer:
 
     def require_finite_weights(self, done: int, state_dir) -> None:
         """Stop when an update made a trained weight NaN or inf (the loss may still look finite)."""
-        broken = [name for name, p in self.policy.named_trainable() if not torch.isfinite(p).all()]
+        broken = [name for name, p in self.policy.named_trainable() if not torch.isfinite(fsdp.local(p)).all()]
+        # Under FSDP each rank checks its shards and every rank stops with the one that found a broken one.
+        if self.fsdp and fsdp.any_rank(bool(broken), self.accelerator.device) and not broken:
+            broken = ["(a shard held by another rank)"]
         if broken:
             raise TrainingError(
                 f"iteration {self.iteration}, step {done - 1}: {len(broken)} trained tensor(s) became NaN or "
@@ -84,12 +91,20 @@ class Trainer:
         from rewardloop.training.optimizers import build_lr_scheduler
 
         plan = objective.plan(data, self.accelerator.num_processes)
+        if self.fsdp:
+            self._shard()
         lr_scheduler = build_lr_scheduler(self.optimizer, self.cfg, len(plan))
-        module, optimizer, lr_scheduler = self.accelerator.prepare(self.policy.model, self.optimizer, lr_scheduler)
+        if self.fsdp:  # the sharded model is its own wrapper: accelerate would put DDP around it
+            module = self.policy.model
+            optimizer, lr_scheduler = self.accelerator.prepare(self.optimizer, lr_scheduler)
+        else:
+            module, optimizer, lr_scheduler = self.accelerator.prepare(self.policy.model, self.optimizer,
+                                                                       lr_scheduler)
         self.policy.module = module
         named = self.policy.named_trainable()
         objective.start(self.policy, data)  # before a resume restores mid-iteration weights
-        start, history = load_state(state_dir, fingerprint, named, self.optimizer, lr_scheduler)
+        start, history = load_state(state_dir, fingerprint, named, self.optimizer, lr_scheduler,
+                                    place=fsdp.shard_like)
         module.train()
         bar = tqdm(range(start, len(plan)), desc="train", unit="step", disable=not progress)
         for step in bar:
@@ -98,8 +113,9 @@ class Trainer:
             logs: dict[str, float] = {}
             optimizer.zero_grad()
             for m, micro in enumerate(micros):
-                # Gradients of all but the last micro-batch stay local (DDP syncs once per update).
-                last = m == len(micros) - 1
+                # Gradients of all but the last micro-batch stay local (DDP syncs once per update); FSDP
+                # reduce-scatters each micro-batch's, so that no rank ever holds a whole model's gradients.
+                last = m == len(micros) - 1 or self.fsdp
                 with contextlib.nullcontext() if last else self.accelerator.no_sync(module):
                     loss, micro_logs = objective.loss(self.policy, data, micro)
                     if not torch.isfinite(loss):
@@ -118,14 +134,53 @@ class Trainer:
             bar.set_postfix(loss=f"{logs['train/loss']:.4f}")
             done = step + 1
             if done % self.cfg.checkpointing_steps == 0 and done < len(plan):
-                if self.accelerator.is_main_process:  # every rank holds the same weights
-                    self.require_finite_weights(done, state_dir)
-                    save_state(state_dir, done, fingerprint, named, self.optimizer, lr_scheduler, history)
-                self.accelerator.wait_for_everyone()
+                self.checkpoint(state_dir, done, fingerprint, named, lr_scheduler, history)
         objective.finish(self.policy, len(plan))
         self.require_finite_weights(len(plan), state_dir)
         module.eval()
         return history, start
+
+    def checkpoint(self, state_dir, done: int, fingerprint: str, named, lr_scheduler, history) -> None:
+        """The in-stage state, written by rank 0: under DDP every rank holds the same weights; under FSDP every rank
+        gathers the whole tensors with rank 0 (the file is the same as without FSDP)."""
+        main = self.accelerator.is_main_process
+        if self.fsdp:
+            self.require_finite_weights(done, state_dir)
+            save_state(state_dir, done, fingerprint, named, self.optimizer, lr_scheduler, history,
+                       gather=lambda items: fsdp.full_tensors(items, main), write=main)
+        elif main:
+            self.require_finite_weights(done, state_dir)
+            save_state(state_dir, done, fingerprint, named, self.optimizer, lr_scheduler, history)
+        self.accelerator.wait_for_everyone()
+
+    @contextlib.contextmanager
+    def gathered(self, lora_only: bool):
+        """Within: the model's ``state_dict()`` is its whole weights on rank 0 (the LoRA's only, with
+        ``lora_only``), so the usual savers write the usual files. Every rank enters (under FSDP it gathers)."""
+        if not self.fsdp:
+            yield
+            return
+        keep = (lambda key: "lora_" in key) if lora_only else (lambda key: True)
+        with fsdp.gathered_state_dict(self.policy.model, keep, self.accelerator.is_main_process):
+            yield
+
+    def _shard(self) -> None:
+        """FSDP: shard the policy (and a separate reference), then point the trained-parameter list, the
+        optimizer and the objective's further weight sets at the sharded parameters (fully_shard replaces
+        them), in the same order as before, so the checkpoint's optimizer indices are those of a DDP run."""
+        from rewardloop.training.optimizers import build_optimizer
+
+        model, device = self.policy.model, self.accelerator.device
+        names = {id(p): n for n, p in model.named_parameters()}
+        order = [names[id(p)] for p in self.policy.trainable]
+        fsdp.shard_model(model, self.cfg.mixed_precision, device)
+        if self.policy.reference_model is not None:
+            fsdp.shard_model(self.policy.reference_model, self.cfg.mixed_precision, device)
+        sharded = dict(model.named_parameters())
+        self.policy.trainable = [sharded[n] for n in order]
+        self.policy.extra = {name: [fsdp.shard_like(t, p) for t, p in zip(weights, self.policy.trainable)]
+                             for name, weights in self.policy.extra.items()}
+        self.optimizer = build_optimizer(self.policy.trainable, self.cfg, self.learning_rate)
 
     def _mean_over_processes(self, logs: dict) -> dict:
         """Per-micro-batch metrics averaged over the ranks' slices (= the global micro-batch's)."""
@@ -134,3 +189,4 @@ class Trainer:
         keys = sorted(logs)
         values = torch.tensor([logs[k] for k in keys], dtype=torch.float64, device=self.accelerator.device)
         return dict(zip(keys, self.accelerator.reduce(values, reduction="mean").tolist()))
+

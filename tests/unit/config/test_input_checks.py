@@ -123,3 +123,16 @@ def test_more_training_processes_than_rollouts_is_refused_naming_the_keys():
                                                             "generate": {"prompts_per_iteration": 1,
                                                                          "images_per_prompt": 4}})
     assert cfg["train"]["num_processes"] == 4
+
+
+@pytest.mark.parametrize(("option", "key"), [({"mixed_precision": "fp16"}, "train.mixed_precision: fp16"),
+                                             ({"optimizer": "adafactor"}, "train.optimizer: adafactor"),
+                                             ({"reference_offload": True}, "train.reference_offload: True")])
+def test_fsdp_with_an_option_it_cannot_honour_is_refused_naming_the_keys(option, key):
+    """train.distributed: fsdp shards the weights (rewardloop.training.fsdp): fp16's scaler, Adafactor's factored
+    states and an offloaded reference do not work on shards."""
+    with pytest.raises(ConfigError, match=rf"^train\.distributed: fsdp with {key}: "):
+        cfgmod.validate(default_config(train={"distributed": "fsdp", "num_processes": 2, **option}))
+    cfg = cfgmod.validate(default_config(train={"distributed": "fsdp", "num_processes": 2}))
+    assert cfg["train"]["distributed"] == "fsdp"
+    assert cfgmod.validate(default_config(train=option))["train"]["distributed"] == "ddp"  # the default
