@@ -7,10 +7,10 @@ import sys
 
 from rewardloop.runtime import cpu_kernels, input_links, job_records, previous_versions, runlock, warm
 from rewardloop.artifacts import remove_stale_temps
-from rewardloop.config import check_existing_iterations, startup_warnings
+from rewardloop.config import check_existing_iterations, check_train_nodes, startup_warnings
 from rewardloop.config import validate as validate_config
 from rewardloop.models.loading import check_device, check_gpu_count, needs_hf_token
-from rewardloop.runtime.resources import train_gpus
+from rewardloop.runtime.resources import rule_overrides, train_gpus
 
 
 configfile: f"{workflow.basedir}/config.yaml"
@@ -67,6 +67,7 @@ onstart:
     if workflow.local_exec:
         check_device(config["device"])
         check_gpu_count(config["device"], train_gpus(config), "train.num_processes")
+        check_train_nodes(config, TRAIN_RESOURCES, local_run=True)
     runlock.acquire("results")
     # The links by which jobs read the model and checkpoints by content (src/rewardloop/runtime/input_links.py).
     input_links.place_all()
@@ -127,6 +128,12 @@ else:
     include: "rules/run.smk"
 
     RUN_FOLDERS = [RESULTS]
+
+
+# A train job over several nodes (set-resources train: nodes: N, from a profile or the command line) must be one
+# the cluster can place and the job can launch (config/checks.py); refused here, before any job is planned.
+TRAIN_RESOURCES = rule_overrides(workflow.resource_settings, "train")
+check_train_nodes(config, TRAIN_RESOURCES)
 
 
 rule all:

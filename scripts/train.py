@@ -20,10 +20,15 @@ with job(snakemake):  # noqa: F821
         offline_latents_path=snakemake.params.offline_latents,
     )
     processes = resources.train_processes(cfg["train"], getattr(snakemake.resources, "gpu", 0))
-    # as many GPUs on this node as processes, before a launch that would fail in every rank
-    check_gpu_count(cfg["device"], processes, "train.num_processes (or the train job's gpu resource)")
+    nodes = int(snakemake.resources.get("nodes", 1) or 1)  # a profile's set-resources (docs/running-on-slurm.md)
+    per_node = processes // nodes  # an uneven split was refused at startup (config.check_train_nodes)
+    # as many GPUs on this node as its processes, before a launch that would fail in every rank
+    check_gpu_count(cfg["device"], per_node, "train.num_processes (or the train job's gpu resource) / nodes")
     if processes == 1:
         train.run(**kwargs, threads=snakemake.threads)
     else:
-        kwargs.update(threads=max(1, snakemake.threads // processes), progress=False)
-        launch.run_launched(kwargs, processes, cfg["train"]["mixed_precision"], snakemake.params.state_dir)
+        kwargs.update(threads=max(1, snakemake.threads // per_node), progress=False)
+        if nodes > 1:
+            launch.run_on_nodes(kwargs, nodes, per_node, snakemake.params.state_dir)
+        else:
+            launch.run_launched(kwargs, processes, cfg["train"]["mixed_precision"], snakemake.params.state_dir)

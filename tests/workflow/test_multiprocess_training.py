@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -118,6 +119,82 @@ def test_a_killed_rank_ends_the_job_at_once_and_the_rerun_resumes_from_its_check
     assert metrics["resumed_from_step"] >= 2 and len(metrics["history"]) == steps
     for key in reference:
         torch.testing.assert_close(resumed[key], reference[key], rtol=1e-5, atol=1e-7)
+
+
+def test_a_frozen_rank_fails_the_launch_after_the_collective_timeout_and_the_rerun_resumes(run_cfg, pair_files,  # noqa: F811
+                                                                                          tmp_path, capfd):
+    """SIGSTOP of rank 1 after the first checkpoint (a hung GPU, a node that stops answering: the process lives
+    but never reaches the next all-reduce): with train.collective_timeout_s rank 0's all-reduce raises after
+    that many seconds and the launch fails naming the timeout, instead of waiting torch's 30 minutes."""
+    steps, timeout_s = 16, 8
+    cfg = stage_config(run_cfg, "seed", "model", "train", "device")
+    cfg["train"].update(steps=steps, checkpointing_steps=2, batch_size=4, num_processes=2,
+                        collective_timeout_s=timeout_s)
+    out = tmp_path / "frozen"
+    ended = {}
+
+    def launch_job():
+        try:
+            train_files(cfg, pair_files / "pairs.parquet", pair_files / "latents.safetensors", out, 2)
+        except RuntimeError as failed:
+            ended.update(error=str(failed), at=time.monotonic())
+
+    job = threading.Thread(target=launch_job)
+    job.start()
+    while not (out / "state" / STATE_FILE).is_file() and job.is_alive():
+        time.sleep(0.05)
+    args = out / "state" / launch.ARGS_FILE
+    victim = rank_pid(args, 1)
+    assert victim is not None, "rank 1 was not found running after the first checkpoint"
+    os.kill(victim, signal.SIGSTOP)
+    frozen = time.monotonic()
+    try:
+        job.join(timeout=300)
+    finally:
+        if rank_pid(args, 1) is not None:  # never leave a stopped process behind
+            os.kill(victim, signal.SIGKILL)
+    assert not job.is_alive(), "the job still runs 300 s after rank 1 froze"
+    assert "accelerate launch with 2 processes failed" in ended.get("error", ""), ended
+    # rank 0 fails after the timeout; torchrun then gives the stopped rank its grace period before SIGKILL
+    assert timeout_s <= ended["at"] - frozen < timeout_s + 120, f"the job took {ended['at'] - frozen:.0f} s to fail"
+    assert "timed out" in capfd.readouterr().err.lower()  # rank 0's error names the timeout
+    assert not (out / "train" / LORA_WEIGHTS).exists()
+
+    resumed, metrics = train_files(cfg, pair_files / "pairs.parquet", pair_files / "latents.safetensors", out, 2)
+    assert metrics["resumed_from_step"] >= 2 and len(metrics["history"]) == steps
+
+
+def test_two_nodes_meeting_at_a_c10d_rendezvous_train_as_one_node_with_as_many_processes(run_cfg, pair_files,  # noqa: F811
+                                                                                        tmp_path):
+    """The command the train job runs on every node of a 2-node SLURM allocation (a torchrun agent per node,
+    ranks assigned by the c10d rendezvous, no address or node rank set by hand), started here as two
+    separate process groups on 127.0.0.1: the LoRA equals the one-node 2-process run's."""
+    one_node, _ = train_once(run_cfg, pair_files, tmp_path / "one_node", 2, batch_size=4)
+
+    cfg = stage_config(run_cfg, "seed", "model", "train", "device")
+    cfg["train"].update(steps=4, checkpointing_steps=2, batch_size=4, num_processes=2)
+    out = tmp_path / "two_nodes"
+    kwargs = dict(cfg=cfg, iteration=0, signal_path=str(pair_files / "pairs.parquet"),
+                  latents_path=str(pair_files / "latents.safetensors"), init_lora_dir=None,
+                  out_dir=str(out / "train"), state_dir=str(out / "state"), metrics_path=str(out / "train.json"),
+                  threads=1, progress=False)
+    command = launch.node_command(launch.write_args(kwargs, out / "state"), nodes=2, per_node=1,
+                                  endpoint=f"127.0.0.1:{launch.free_port()}", run_id="two-nodes-test")
+    env = launch.node_environment(threads=1)
+    agents = [subprocess.Popen(command, start_new_session=True, env=env) for _ in range(2)]  # one per "node"
+    try:
+        statuses = [agent.wait(timeout=300) for agent in agents]
+    finally:
+        for agent in agents:
+            if agent.poll() is None:
+                os.killpg(agent.pid, signal.SIGKILL)
+    assert statuses == [0, 0]
+    metrics = json.loads((out / "train.json").read_text())
+    assert metrics["processes"] == 2 and len(metrics["history"]) == 4
+    two_nodes = load_file(out / "train" / LORA_WEIGHTS)
+    assert two_nodes.keys() == one_node.keys()
+    for key in one_node:  # the same ranks and reduction as one node: equal but for float order
+        torch.testing.assert_close(two_nodes[key], one_node[key], rtol=1e-5, atol=1e-7)
 
 
 # --- the advantage objectives ---------------------------------------------------------------------

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from workflow_helpers import ROOT, file_digests, snakemake, tiny_overlay, write_overlay
+from workflow_helpers import ROOT, SNAKEMAKE, file_digests, snakemake, tiny_overlay, write_overlay
 
 pytestmark = pytest.mark.workflow
 needs_cluster = pytest.mark.skipif(os.environ.get("REWARDLOOP_SLURM") != "1",
@@ -147,3 +147,48 @@ def test_one_iteration_through_the_slurm_profile_equals_a_local_run(tmp_path, ti
         a, b = (json.loads((d / "results" / rel).read_text()) for d in (local, cluster))
         assert without_timings(a) == without_timings(b), rel
     assert pq.read_table(results / "iter_000/samples.parquet").num_rows == 8
+
+
+# --- a train job over several nodes: planned and refused by dry runs (no cluster needed) ---------------------
+
+TWO_NODES = ["train:nodes=2", "train:gpu=16", "train:tasks=2", "train:mpi=srun"]
+
+
+def dry_run_with_train_resources(work, *resources: str) -> subprocess.CompletedProcess:
+    cmd = [SNAKEMAKE, "-s", str(ROOT / "Snakefile"), "--directory", str(work), "--configfile", str(work / "test.yaml"),
+           "-n", "--profile", str(ROOT / "profiles/slurm"), "--set-resources", *resources]
+    return subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+
+
+def test_a_two_node_train_request_is_planned_as_one_job_on_two_nodes_and_a_misplaced_one_is_refused(tmp_path,
+                                                                                                   tiny_model):
+    """set-resources train: nodes 2, gpu 16, tasks 2 (a launcher per node), mpi srun (the executor leaves the
+    job's command unwrapped): the dry run plans one train job with those resources; a count that does not split
+    over the nodes, a missing tasks or mpi, and a local run are refused naming the key, before any job."""
+    write_overlay(tmp_path, tiny_overlay(tiny_model, iterations=1, tracking={"enabled": False}))
+    planned = dry_run_with_train_resources(tmp_path, *TWO_NODES)
+    assert planned.returncode == 0, planned.stderr[-3000:]
+    train = [block for block in planned.stdout.split("\n\n") if "rule train:" in block]
+    assert len(train) == 1
+    assert all(f"{res.split(':')[1]}" in train[0] for res in TWO_NODES), train[0]
+
+    refusals = {
+        "train:gpu=15": "15 training processes (train.num_processes, else the job's gpu resource) do not split evenly "
+                        "over 2 nodes",
+        "train:tasks=1": "needs tasks: 2 (one launcher per node",
+        "train:mpi=": "needs mpi: srun",
+    }
+    for change, message in refusals.items():
+        resources = [res for res in TWO_NODES if not res.startswith(change.split("=")[0] + "=")]
+        if not change.endswith("="):
+            resources.append(change)
+        refused = dry_run_with_train_resources(tmp_path, *resources)
+        said = refused.stdout + refused.stderr  # Snakemake prints a Snakefile's error on stdout
+        assert refused.returncode != 0 and "set-resources train: nodes: 2" in said, change
+        assert message in said, (change, said[-2000:])
+
+    local = subprocess.run([SNAKEMAKE, "-s", str(ROOT / "Snakefile"), "--directory", str(tmp_path), "--configfile",
+                            str(tmp_path / "test.yaml"), "--cores", "1", "--set-resources", *TWO_NODES],
+                           capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert local.returncode != 0 and "a local run has one node" in local.stdout + local.stderr, local.stderr[-2000:]
+    assert not (tmp_path / "results" / "iter_000").exists() and not (tmp_path / "results" / "base").exists()

@@ -208,6 +208,31 @@ def check_distributed(train: Mapping) -> None:
             raise ConfigError(f"train.distributed: fsdp with {key}: {train[key.split('.')[1]]}: {why}")
 
 
+def check_train_nodes(config: Mapping, train_resources: Mapping, local_run: bool = False) -> None:
+    """A train job over several nodes (set-resources ``train: {nodes: N, ...}``) that the run can place: on a
+    cluster, one launcher task per node outside the executor's own srun, and the processes split evenly.
+    Whether the jobs run locally is known only once they are about to run (``local_run``, from onstart)."""
+    from rewardloop.runtime.resources import train_processes
+
+    nodes = int(train_resources.get("nodes") or 1)
+    if nodes == 1:
+        return
+    where = f"set-resources train: nodes: {nodes}"
+    if local_run:
+        raise ConfigError(f"{where}: a local run has one node; run it through a SLURM profile "
+                          "(--profile profiles/slurm, docs/running-on-slurm.md)")
+    processes = train_processes(config["train"], int(train_resources.get("gpu") or 0))
+    if processes % nodes:
+        raise ConfigError(f"{where}: {processes} training processes (train.num_processes, else the job's gpu "
+                          f"resource) do not split evenly over {nodes} nodes; give every node as many GPUs")
+    if train_resources.get("tasks") != nodes:
+        raise ConfigError(f"{where} needs tasks: {nodes} (one launcher per node; it has "
+                          f"{train_resources.get('tasks')})")
+    if not train_resources.get("mpi"):
+        raise ConfigError(f"{where} needs mpi: srun, so the SLURM executor runs the job's command on the first "
+                          "node as it is (not inside its own `srun -n1` step), and the job starts a launcher per node")
+
+
 def check_guidance_evals(config: Mapping) -> None:
     """``eval.also_at_guidance`` lists only further scales, not the eval's own."""
     main = float(eval_guidance_scale(config))

@@ -68,3 +68,10 @@ def extend_rule_settings(resource_settings, prefixes) -> None:
         for rule, value in list(mapping.items()):
             for prefix in prefixes:
                 mapping.setdefault(f"{prefix}{rule}", value)
+
+
+def rule_overrides(resource_settings, rule: str) -> dict:
+    """The resources a profile's (or the command line's) set-resources give ``rule``: the value, or for one
+    Snakemake evaluates per job (a string such as "srun" or "4h") the text as given."""
+    parsed = resource_settings._parsed_overwrite_resources.get(rule, {})
+    return {name: resource.raw if resource.is_evaluable() else resource.value for name, resource in parsed.items()}

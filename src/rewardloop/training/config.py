@@ -33,6 +33,7 @@ class TrainConfig:
     checkpointing_steps: int
     num_processes: int | None
     distributed: str  # ddp | fsdp: how several processes hold the model (rewardloop.training.fsdp)
+    collective_timeout_s: float | None  # a rank waiting longer in a collective fails the launch
     adapter: str  # lora | none (full fine-tuning)
     reference_offload: bool
     gradient_checkpointing: bool

@@ -45,7 +45,8 @@ class Trainer:
         self.cfg, self.seed, self.iteration = cfg, seed, iteration
         apply_gpu_switches(cfg)
         # Accumulation is the plan's (a list of micro-batches per update), so accelerate accumulates nothing.
-        self.accelerator = Accelerator(mixed_precision=cfg.mixed_precision, cpu=not torch.cuda.is_available())
+        self.accelerator = Accelerator(mixed_precision=cfg.mixed_precision, cpu=not torch.cuda.is_available(),
+                                       kwargs_handlers=collective_timeout(cfg.collective_timeout_s))
         # FSDP shards over several processes; in one there is nothing to shard and it trains as without.
         self.fsdp = cfg.distributed == "fsdp" and self.accelerator.num_processes > 1
         if cfg.adapter == "none":
@@ -190,3 +191,15 @@ class Trainer:
         values = torch.tensor([logs[k] for k in keys], dtype=torch.float64, device=self.accelerator.device)
         return dict(zip(keys, self.accelerator.reduce(values, reduction="mean").tolist()))
 
+
+def collective_timeout(seconds: float | None) -> list:
+    """accelerate's process-group settings for ``train.collective_timeout_s``: a rank waiting longer than this
+    in a collective (its peer frozen, a node unreachable) raises, so the launch fails instead of hanging for
+    torch's default (30 min for gloo, 10 for NCCL). None keeps torch's default."""
+    if seconds is None:
+        return []
+    from datetime import timedelta
+
+    from accelerate.utils import InitProcessGroupKwargs
+
+    return [InitProcessGroupKwargs(timeout=timedelta(seconds=seconds))]
