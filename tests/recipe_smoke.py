@@ -9,6 +9,7 @@ test: a family not named in ``OWN_FILES`` is smoked in tests/workflow/test_recip
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -29,6 +30,11 @@ from workflow_helpers import ROOT, snakemake
 # options are their own recipes' (smoked here), and tests/workflow/test_experiments.py plans it.
 RECIPES = sorted(p for p in (ROOT / "configs").glob("*.yaml") if "experiments" not in recipe_config(p))
 OWN_FILES = ("sd3", "flux")  # families smoked in a file of their own: tests/workflow/test_recipe_smoke_<family>.py
+
+
+# One iteration of the workflow in 2 training processes (accelerate launch, gloo) for each objective, on its tiny
+# recipe (grpo: tests/workflow/test_workflow_sd3.py's run): the job's launch, not only the stage's.
+TWO_PROCESSES = {"tiny_sd3_dpo", "tiny_sd3_nft", "tiny_sd3_awm", "tiny_flux_sft"}
 
 
 def family_of(recipe: Path) -> str:
@@ -55,6 +61,11 @@ def check_recipe_runs_one_iteration(recipe: Path, assets: Path, tmp_path: Path) 
     config = recipe_config(recipe)
     family, objective = get_family(config["model"]["family"]), get_objective(config["train"]["loss"])
     overlay = write_overlay(recipe, tmp_path / "smoke", assets=assets)
+    processes = 2 if recipe.stem in TWO_PROCESSES else 1
+    if processes > 1:
+        settings = yaml.safe_load(overlay.read_text())
+        settings.setdefault("train", {})["num_processes"] = processes
+        overlay.write_text(yaml.safe_dump(settings))
     work = tmp_path / "run"
     work.mkdir()
     shutil.copyfile(recipe, work / "test.yaml")  # the recipe first, the overlay over it: --configfile recipe overlay
@@ -69,6 +80,7 @@ def check_recipe_runs_one_iteration(recipe: Path, assets: Path, tmp_path: Path) 
         rewards = read_table(it / f"{table}.parquet").to_pandas()["reward"].to_numpy()
         assert len(rewards) and np.isfinite(rewards).all(), table
     assert (it / f"{objective.signal}.parquet").is_file()
+    assert json.loads((it / "metrics/train.json").read_text())["processes"] == processes
     tensors = read_tensors(it / "latents.safetensors")
     embeds = tensors[f"prompt_embeds/{samples.prompt_id[0]}"]
     assert embeds.dtype == torch.float32
