@@ -83,19 +83,15 @@ def rank_pid(args_path: Path, rank: int) -> int | None:
     return None
 
 
-def test_a_killed_rank_ends_the_job_at_once_and_the_rerun_resumes_from_its_checkpoint(run_cfg, pair_files,  # noqa: F811
-                                                                                       tmp_path):
-    """kill -9 of rank 1 after the first in-stage checkpoint: the launch fails within seconds (torchrun's agent
-    stops rank 0, which would otherwise wait in its next all-reduce), leaves no rank behind and no LoRA; the
-    same job again resumes from the checkpoint and ends on the uninterrupted run's LoRA."""
-    steps = 16  # long enough to be killed midway: the first checkpoint is at step 2
-    reference, _ = train_once(run_cfg, pair_files, tmp_path / "whole", 2, batch_size=4, steps=steps)
-    out = tmp_path / "killed"
+def signal_rank_1_after_the_first_checkpoint(run_job, out: Path, signum: int) -> tuple[str, float]:
+    """Start ``run_job`` (a 2-process launch writing its state under ``out``) in a thread, send ``signum`` to
+    its rank 1 once the first in-stage checkpoint exists, and wait for the launch to fail: (its error, seconds
+    from the signal to the failure). Rank 1 is killed at the end if it is still there (a stopped process)."""
     ended = {}
 
     def launch_job():
         try:
-            train_once(run_cfg, pair_files, out, 2, batch_size=4, steps=steps)
+            run_job()
         except RuntimeError as failed:
             ended.update(error=str(failed), at=time.monotonic())
 
@@ -106,14 +102,32 @@ def test_a_killed_rank_ends_the_job_at_once_and_the_rerun_resumes_from_its_check
     args = out / "state" / launch.ARGS_FILE
     victim = rank_pid(args, 1)
     assert victim is not None, "rank 1 was not found running after the first checkpoint"
-    os.kill(victim, signal.SIGKILL)
-    killed = time.monotonic()
-    job.join(timeout=300)
-    assert not job.is_alive(), "the job still runs 300 s after rank 1 died"
-    assert "accelerate launch with 2 processes failed" in ended.get("error", ""), ended
-    assert ended["at"] - killed < 60, f"the job took {ended['at'] - killed:.0f} s to fail"
+    os.kill(victim, signum)
+    signalled = time.monotonic()
+    try:
+        job.join(timeout=300)
+    finally:
+        if rank_pid(args, 1) is not None:  # never leave a stopped process behind
+            os.kill(victim, signal.SIGKILL)
+    assert not job.is_alive(), f"the job still runs 300 s after rank 1 got signal {signum}"
+    assert "error" in ended, "the launch did not fail"
     assert rank_pid(args, 0) is None and rank_pid(args, 1) is None  # no rank left running
     assert not (out / "train" / LORA_WEIGHTS).exists()
+    return ended["error"], ended["at"] - signalled
+
+
+def test_a_killed_rank_ends_the_job_at_once_and_the_rerun_resumes_from_its_checkpoint(run_cfg, pair_files,  # noqa: F811
+                                                                                       tmp_path):
+    """kill -9 of rank 1 after the first in-stage checkpoint: the launch fails within seconds (torchrun's agent
+    stops rank 0, which would otherwise wait in its next all-reduce), leaves no rank behind and no LoRA; the
+    same job again resumes from the checkpoint and ends on the uninterrupted run's LoRA."""
+    steps = 16  # long enough to be killed midway: the first checkpoint is at step 2
+    reference, _ = train_once(run_cfg, pair_files, tmp_path / "whole", 2, batch_size=4, steps=steps)
+    out = tmp_path / "killed"
+    error, seconds = signal_rank_1_after_the_first_checkpoint(
+        lambda: train_once(run_cfg, pair_files, out, 2, batch_size=4, steps=steps), out, signal.SIGKILL)
+    assert "accelerate launch with 2 processes failed" in error
+    assert seconds < 60, f"the job took {seconds:.0f} s to fail"
 
     resumed, metrics = train_once(run_cfg, pair_files, out, 2, batch_size=4, steps=steps)
     assert metrics["resumed_from_step"] >= 2 and len(metrics["history"]) == steps
@@ -131,36 +145,17 @@ def test_a_frozen_rank_fails_the_launch_after_the_collective_timeout_and_the_rer
     cfg["train"].update(steps=steps, checkpointing_steps=2, batch_size=4, num_processes=2,
                         collective_timeout_s=timeout_s)
     out = tmp_path / "frozen"
-    ended = {}
 
-    def launch_job():
-        try:
-            train_files(cfg, pair_files / "pairs.parquet", pair_files / "latents.safetensors", out, 2)
-        except RuntimeError as failed:
-            ended.update(error=str(failed), at=time.monotonic())
+    def run_job():
+        return train_files(cfg, pair_files / "pairs.parquet", pair_files / "latents.safetensors", out, 2)
 
-    job = threading.Thread(target=launch_job)
-    job.start()
-    while not (out / "state" / STATE_FILE).is_file() and job.is_alive():
-        time.sleep(0.05)
-    args = out / "state" / launch.ARGS_FILE
-    victim = rank_pid(args, 1)
-    assert victim is not None, "rank 1 was not found running after the first checkpoint"
-    os.kill(victim, signal.SIGSTOP)
-    frozen = time.monotonic()
-    try:
-        job.join(timeout=300)
-    finally:
-        if rank_pid(args, 1) is not None:  # never leave a stopped process behind
-            os.kill(victim, signal.SIGKILL)
-    assert not job.is_alive(), "the job still runs 300 s after rank 1 froze"
-    assert "accelerate launch with 2 processes failed" in ended.get("error", ""), ended
+    error, seconds = signal_rank_1_after_the_first_checkpoint(run_job, out, signal.SIGSTOP)
+    assert "accelerate launch with 2 processes failed" in error
     # rank 0 fails after the timeout; torchrun then gives the stopped rank its grace period before SIGKILL
-    assert timeout_s <= ended["at"] - frozen < timeout_s + 120, f"the job took {ended['at'] - frozen:.0f} s to fail"
+    assert timeout_s <= seconds < timeout_s + 120, f"the job took {seconds:.0f} s to fail"
     assert "timed out" in capfd.readouterr().err.lower()  # rank 0's error names the timeout
-    assert not (out / "train" / LORA_WEIGHTS).exists()
 
-    resumed, metrics = train_files(cfg, pair_files / "pairs.parquet", pair_files / "latents.safetensors", out, 2)
+    resumed, metrics = run_job()
     assert metrics["resumed_from_step"] >= 2 and len(metrics["history"]) == steps
 
 

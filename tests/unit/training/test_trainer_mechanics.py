@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import datetime
 import json
 import math
 import re
@@ -301,7 +302,16 @@ def test_the_accelerator_takes_the_gpu_when_cuda_is_there_and_the_cpu_otherwise(
         with pytest.raises(Stop):
             Trainer(objective.train, tiny_unet(), 0, 0)
     precision = objective.train.mixed_precision
-    assert asked == [{"mixed_precision": precision, "cpu": True}, {"mixed_precision": precision, "cpu": False}]
+    assert asked == [{"mixed_precision": precision, "cpu": True, "kwargs_handlers": []},
+                     {"mixed_precision": precision, "cpu": False, "kwargs_handlers": []}]  # torch's collective timeout
+
+
+def test_a_collective_timeout_reaches_the_process_group_settings():
+    from rewardloop.training.trainer import collective_timeout
+
+    assert collective_timeout(None) == []  # torch's default
+    (handler,) = collective_timeout(7.5)
+    assert handler.to_kwargs() == {"timeout": datetime.timedelta(seconds=7.5)}
 
 
 class Placed(torch.nn.Linear):
