@@ -19,16 +19,18 @@ from __future__ import annotations
 PER_TEST = 1.0
 SECONDS = {  # estimates: recipe smokes ~70 s each, the crash tests ~180 s each, 2-process trainings ~40 s
     "tests/workflow/test_crash_resume.py": 720,
-    "tests/workflow/test_recipe_smoke_sd3.py": 630,
-    "tests/workflow/test_recipe_smoke_flux.py": 490,
-    "tests/workflow/test_default_run.py": 760,
+    "tests/workflow/test_recipe_smoke_sd3.py": 680,  # dpo, nft, awm in 2 processes
+    "tests/workflow/test_recipe_smoke_flux.py": 510,  # sft in 2 processes
+    "tests/workflow/test_default_run.py": 1330,  # CI at 7e000a7: 1329 s
     "tests/workflow/test_recipe_smoke.py": 350,
     "tests/workflow/test_bad_inputs.py": 330,
     "tests/workflow/test_workflow.py": 250,
     "tests/workflow/test_experiments.py": 250,
     "tests/workflow/test_workflow_flux.py": 250,
     "tests/workflow/test_guard_workflow.py": 200,
-    "tests/workflow/test_multiprocess_training.py": 260,
+    "tests/workflow/test_multiprocess_training.py": 380,  # + frozen rank, two nodes
+    "tests/workflow/test_fsdp_training.py": 230,
+    "tests/workflow/test_slurm.py": 90,  # the 2-node dry runs (the cluster test runs in its own tier)
     "tests/workflow/test_served_reward_run.py": 200,
     "tests/workflow/test_workflow_sd3.py": 150,
     "tests/workflow/test_families_workflow.py": 120,
