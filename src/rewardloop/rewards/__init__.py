@@ -13,6 +13,7 @@ from rewardloop.rewards import (  # noqa: F401  (imported to register)
     clip_score,
     color_match,
     hpsv2,
+    image_reward,
     jpeg,
     ocr,
     pickscore,
