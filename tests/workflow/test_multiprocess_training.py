@@ -27,9 +27,9 @@ from training_inputs import pair_files, run_cfg  # noqa: F401  (fixtures: tiny m
 pytestmark = pytest.mark.workflow  # launches processes: slower than a unit test
 
 
-def train_once(run_cfg, pair_files, out, processes, batch_size, steps=4):  # noqa: F811
+def train_once(run_cfg, pair_files, out, processes, batch_size, steps=4, loss="dpo"):  # noqa: F811
     cfg = stage_config(run_cfg, "seed", "model", "train", "device")
-    cfg["train"].update(steps=steps, checkpointing_steps=2, batch_size=batch_size, num_processes=processes)
+    cfg["train"].update(steps=steps, checkpointing_steps=2, batch_size=batch_size, num_processes=processes, loss=loss)
     return train_files(cfg, pair_files / "pairs.parquet", pair_files / "latents.safetensors", out, processes)
 
 
@@ -67,6 +67,16 @@ def test_two_processes_equal_one_with_the_same_global_batch_and_resume(run_cfg, 
     assert resumed_metrics["resumed_from_step"] == 2 and len(resumed_metrics["history"]) == 4
     for key in double:
         torch.testing.assert_close(resumed[key], double[key], rtol=1e-5, atol=1e-7)
+
+
+def test_sft_in_two_processes_equals_one_with_the_same_global_batch(run_cfg, pair_files, tmp_path):  # noqa: F811
+    """sft (the chosen images' denoising loss) splits the pairs of a micro-batch over ranks as dpo does."""
+    single, _ = train_once(run_cfg, pair_files, tmp_path / "one", 1, batch_size=8, loss="sft")
+    double, metrics = train_once(run_cfg, pair_files, tmp_path / "two", 2, batch_size=4, loss="sft")
+    assert metrics["processes"] == 2 and single.keys() == double.keys()
+    assert max(single[k].abs().max().item() for k in single) > 1e-4  # training moved the LoRA
+    for key in single:  # as dpo's above: up to float reduction order, tensor by tensor
+        assert (double[key] - single[key]).norm() <= 1e-3 * single[key].norm(), key
 
 
 def rank_pid(args_path: Path, rank: int) -> int | None:
