@@ -135,13 +135,14 @@ def parser() -> argparse.ArgumentParser:
     listing = commands.add_parser("objectives", help="list the training objectives (train.loss) and their options")
     listing.set_defaults(func=_objectives)
 
-    from rewardloop import best, compare, rescore_cli, score_cli, serve_reward_cli, summary
+    from rewardloop import benchmark_cli, best, compare, rescore_cli, score_cli, serve_reward_cli, summary
 
     score_cli.add_parser(commands)
     rescore_cli.add_parser(commands)
     summary.add_parser(commands)
     compare.add_parser(commands)
     best.add_parser(commands)
+    benchmark_cli.add_parser(commands)
     serve_reward_cli.add_parser(commands)
     for command in commands.choices.values():
         command.formatter_class = HelpFormatter

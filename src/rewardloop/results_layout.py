@@ -2,10 +2,11 @@
 
 A run folder (``results/``, or a fan-out's ``results/<experiment>/seed_<s>/``) holds::
 
-    base/                     the base model, model(-1): eval.parquet, metrics/eval.json, health.parquet, ...
+    base/                     the base model, model(-1): eval.parquet, metrics/eval.json, health.parquet,
+                              benchmark/<name>.parquet (rewardloop benchmark), ...
     iter_000/ iter_001/ ...   one folder per iteration (zero-padded so listings sort)
         samples.parquet latents.safetensors scores.parquet <signal>.parquet eval.parquet
-        train/ checkpoint/ shards/<stage>_<kk>/ rescore/<gold>.{parquet,json}
+        train/ checkpoint/ shards/<stage>_<kk>/ rescore/<gold>.{parquet,json} benchmark/<name>.parquet
         metrics/<stage>.json  guard.json  tracking.json  health.parquet  grid.png  eval_grid.png
     logs/<folder>/<job>.log  benchmarks/<folder>/<job>.tsv
     report/  tracking/run.json  offline/  best.json  best -> iter_XXX/checkpoint
@@ -121,6 +122,7 @@ TRAIN_STATE_DIR = f"{TRAIN_DIR}/state"
 CHECKPOINT_DIR = "checkpoint"
 METRICS_DIR = "metrics"
 RESCORE_DIR = "rescore"
+BENCHMARK_DIR = "benchmark"  # rewardloop benchmark's per-image scores of the folder's model
 SHARDS_DIR = "shards"
 SHARD_METRICS = "metrics.json"  # a shard's own record, beside its tables
 HEALTH = "health.parquet"
@@ -146,6 +148,13 @@ def metrics_name(stage: str) -> str:
 def rescore_name(gold: str, suffix: str = "json") -> str:
     """``rescore/<gold>.json`` (its means) or ``.parquet`` (its rows): a gold reward's rescore of a folder."""
     return f"{RESCORE_DIR}/{gold}.{suffix}"
+
+
+def benchmark_name(benchmark: str) -> str:
+    """``benchmark/<name>.parquet``: the folder's model's per-image scores on a benchmark's prompt set."""
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", benchmark):
+        raise ValueError(f"benchmark name {benchmark!r}: expected letters, digits, '_', '.' or '-'")
+    return f"{BENCHMARK_DIR}/{benchmark}.parquet"
 
 
 def shard_name(stage: str, shard: int | str) -> str:

@@ -127,7 +127,19 @@ def add_parser(commands) -> None:
     command = commands.choices["summary"]
     command.add_argument("--timings", action="store_true",
                          help="the table with each stage's wall seconds (<stage>_s), wider than 100 columns")
-    command.set_defaults(func=lambda args: print(render(args.results, args.format, args.timings)))
+    command.add_argument("--benchmarks", action="store_true",
+                         help="the benchmark table instead (rewardloop benchmark's results: per benchmark and "
+                              "metric, base vs checkpoints, mean ± 95 %% interval and images)")
+    command.set_defaults(func=_main)
+
+
+def _main(args) -> None:
+    if args.benchmarks:
+        from rewardloop.benchmark_table import render as render_benchmarks
+
+        print(render_benchmarks(args.results, args.format))
+    else:
+        print(render(args.results, args.format, args.timings))
 
 
 # ------------------------------------------------------------------------------------- curves.png

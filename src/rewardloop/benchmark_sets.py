@@ -1,0 +1,103 @@
+"""The prompt sets of the field's benchmarks (``rewardloop benchmark``), read from the user's files.
+
+Each format gives a DataFrame with ``prompt_id``, ``prompt`` and ``category`` (None where the set has
+none); errors name the file, the line or row, and what was expected. docs/benchmarks.md says where
+each file comes from.
+
+- ``drawbench``: CSV with the columns ``Prompts`` and ``Category`` (Google's DrawBench sheet, as the
+  HF dataset shunk031/DrawBench exports it); ids ``r<row>``.
+- ``pickapic``: Parquet or CSV with a ``caption`` column (yuvalkirstain/pickapic_v1's test split); its
+  captions repeat (several image pairs per caption), so each unique caption once, in first-seen order.
+- ``ocr``: flow_grpo's ``dataset/ocr/test.txt``: one prompt per line, its first double-quoted span the
+  text to render (``rewards.ocr.extract_target``, the target the ``ocr`` reward reads).
+- ``text``: one prompt per line.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pandas as pd
+
+from rewardloop.prompts import PromptFileError
+
+FORMATS = ("drawbench", "pickapic", "ocr", "text")
+COLUMNS = ["prompt_id", "prompt", "category"]
+
+
+def load(path: str | Path, fmt: str) -> pd.DataFrame:
+    """The prompt set in ``path``, read as format ``fmt`` (one of FORMATS)."""
+    path = Path(path)
+    if fmt not in FORMATS:
+        raise ValueError(f"benchmark format {fmt!r}: expected one of {', '.join(FORMATS)}")
+    if not path.is_file():
+        raise PromptFileError(f"{path}: file not found")
+    rows = {"drawbench": _drawbench, "pickapic": _pickapic, "ocr": _ocr, "text": _text}[fmt](path)
+    if not rows:
+        raise PromptFileError(f"{path}: no prompts in file ({fmt} format)")
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise PromptFileError(f"{path}: not UTF-8 text ({exc})") from exc
+
+
+def _lines(path: Path) -> list[tuple[int, str]]:
+    """(line number, text) of the non-blank lines."""
+    lines = [(n, line.strip()) for n, line in enumerate(_read_text(path).splitlines(), start=1)]
+    return [(n, line) for n, line in lines if line]
+
+
+def _text(path: Path) -> list[tuple]:
+    return [(f"p{n:05d}", line, None) for n, line in _lines(path)]
+
+
+def _ocr(path: Path) -> list[tuple]:
+    from rewardloop.rewards.ocr import extract_target
+
+    for n, line in _lines(path):
+        if extract_target(line) is None:
+            raise PromptFileError(f"{path}: line {n}: no double-quoted text to render in {line!r} (ocr format: "
+                                  f"each prompt quotes its target, as flow_grpo's dataset/ocr/test.txt)")
+    return _text(path)
+
+
+def _drawbench(path: Path) -> list[tuple]:
+    reader = csv.DictReader(_read_text(path).splitlines())
+    missing = [c for c in ("Prompts", "Category") if c not in (reader.fieldnames or [])]
+    if missing:
+        raise PromptFileError(f"{path}: row 1 (header): missing column(s) {', '.join(missing)}; has "
+                              f"{', '.join(reader.fieldnames or []) or 'none'} (drawbench format: a CSV with "
+                              f"the columns Prompts and Category)")
+    rows = []
+    for row_number, row in enumerate(reader, start=2):  # the header is row 1
+        prompt = (row.get("Prompts") or "").strip()
+        if not prompt:
+            raise PromptFileError(f"{path}: row {row_number}: empty Prompts cell (drawbench format)")
+        rows.append((f"r{row_number:05d}", prompt, (row.get("Category") or "").strip() or None))
+    return rows
+
+
+def _pickapic(path: Path) -> list[tuple]:
+    try:
+        frame = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path, keep_default_na=False)
+    except Exception as exc:  # pyarrow and the CSV parser raise several types
+        raise PromptFileError(f"{path}: not a readable {'Parquet' if path.suffix == '.parquet' else 'CSV'} "
+                              f"file ({exc}); pickapic format: a Parquet or CSV with a caption column") from exc
+    if "caption" not in frame.columns:
+        raise PromptFileError(f"{path}: no caption column; has {', '.join(map(str, frame.columns))} (pickapic "
+                              f"format: the test split's caption column)")
+    seen, rows = set(), []
+    first = 1 if path.suffix == ".parquet" else 2  # a CSV's row 1 is its header
+    for index, caption in enumerate(frame["caption"], start=first):
+        if not isinstance(caption, str) or not caption.strip():
+            raise PromptFileError(f"{path}: row {index}: empty or non-text caption {caption!r} (pickapic format)")
+        caption = caption.strip()
+        if caption not in seen:
+            seen.add(caption)
+            rows.append((f"c{len(rows) + 1:05d}", caption, None))
+    return rows

@@ -1,0 +1,142 @@
+"""rewardloop benchmark: the field's prompt sets (stand-ins in each published format) run on the finished tiny
+run's base model and checkpoints, per-image tables per (benchmark, checkpoint) and the run's benchmark table
+(`rewardloop summary --benchmarks`); reruns keep finished files; bad inputs are refused with clear errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pandas as pd
+import pytest
+
+from rewardloop import benchmark_cli, benchmark_sets, benchmark_table
+from rewardloop import results_layout as layout
+from rewardloop.artifacts import read_table
+from rewardloop.best import choose
+from rewardloop.cli import main
+from rewardloop.prompts import PromptFileError
+
+# color_match scores synthetic captions ("a red circle on a blue background"); jpeg_compressibility any prompt
+METRICS = {"color_match": {"weight": 1.0}, "jpeg_compressibility": {"weight": 1.0}}
+CAPTIONS = ["a red circle on a blue background", "a green square on a white background",
+            "a blue triangle on a red background"]
+IMAGES_PER_PROMPT = 2
+
+
+def write_sets(folder):
+    """Stand-ins of DrawBench's CSV, Pick-a-Pic's test captions (repeated, as its image pairs repeat them),
+    a plain prompt file and flow_grpo's OCR test.txt."""
+    folder.mkdir()
+    pd.DataFrame({"Prompts": CAPTIONS, "Category": ["Colors", "Colors", "Shapes"]}).to_csv(
+        folder / "drawbench.csv", index=False)
+    pd.DataFrame({"caption": [CAPTIONS[0], CAPTIONS[0], CAPTIONS[2]], "image_0_uid": ["a", "b", "c"]}).to_parquet(
+        folder / "pickapic.parquet")
+    (folder / "plain.txt").write_text("\n".join(CAPTIONS[1:]) + "\n")
+    (folder / "ocr.txt").write_text('A poster that says "open"\nA mug with the word "cafe" on it\n')
+    return {"drawbench": (folder / "drawbench.csv", "drawbench"), "pickapic": (folder / "pickapic.parquet", "pickapic"),
+            "plain": (folder / "plain.txt", "text")}, {"ocr": (folder / "ocr.txt", "ocr")}
+
+
+@pytest.fixture
+def results(finished_run, tmp_path):
+    return shutil.copytree(finished_run / "results", tmp_path / "results", symlinks=True)
+
+
+def run(results, benchmarks, metrics=METRICS, checkpoints="base,last,best", **options):
+    return benchmark_cli.run_benchmarks(results, benchmarks, metrics, checkpoints,
+                                        images_per_prompt=IMAGES_PER_PROMPT, progress=False, **options)
+
+
+def test_the_benchmark_table_of_a_finished_run(results, tmp_path, capsys):
+    sets, ocr = write_sets(tmp_path / "sets")
+    best = layout.iteration_name(choose(results)["iteration"])
+    last = layout.RunLayout(results).iteration_folders()[-1][1].name
+    folders = sorted({layout.BASE, best, last}, key=lambda f: layout.parse_folder_name(f))
+    written = run(results, sets) + run(results, ocr, metrics={"jpeg_compressibility": {"weight": 1.0}})
+    assert len(written) == len(folders) * 4
+
+    table, table_folders = benchmark_table.rows(results)
+    assert table_folders == folders
+    assert [(r["benchmark"], r["metric"]) for r in table] == [
+        ("drawbench", "color_match"), ("drawbench", "jpeg_compressibility"), ("ocr", "jpeg_compressibility"),
+        ("pickapic", "color_match"), ("pickapic", "jpeg_compressibility"),
+        ("plain", "color_match"), ("plain", "jpeg_compressibility")]
+    prompts = {"drawbench": 3, "pickapic": 2, "plain": 2, "ocr": 2}  # pickapic: its unique captions
+    for row in table:
+        for folder in folders:
+            scores = read_table(results / folder / layout.benchmark_name(row["benchmark"])).to_pandas()
+            values = scores[f"reward_{row['metric']}"]
+            assert row[f"{folder}_n"] == len(values) == prompts[row["benchmark"]] * IMAGES_PER_PROMPT
+            assert row[f"{folder}_mean"] == pytest.approx(values.mean(), abs=1e-12)
+            half = row[f"{folder}_ci95"]
+            assert half >= 0 and row[f"{folder}_mean"] - half <= values.mean() <= row[f"{folder}_mean"] + half
+    drawbench = read_table(results / layout.BASE / layout.benchmark_name("drawbench")).to_pandas()
+    assert drawbench.category.tolist() == ["Colors"] * 4 + ["Shapes"] * 2
+    assert "reward" not in drawbench.columns and (drawbench.iteration == -1).all()
+    trained = read_table(results / last / layout.benchmark_name("drawbench")).to_pandas()
+    assert (trained.seed == drawbench.seed).all()  # the same noise per prompt for every model
+    assert not trained.reward_jpeg_compressibility.equals(drawbench.reward_jpeg_compressibility)
+
+    mtimes = {p: p.stat().st_mtime_ns for p in results.rglob(f"{layout.BENCHMARK_DIR}/*.parquet")}
+    assert run(results, sets) == []  # finished: kept, nothing regenerated
+    assert {p: p.stat().st_mtime_ns for p in results.rglob(f"{layout.BENCHMARK_DIR}/*.parquet")} == mtimes
+    with pytest.raises(ValueError, match="other settings or prompts.*--force"):
+        run(results, sets, seed=1)
+
+    capsys.readouterr()
+    assert main(["summary", str(results), "--benchmarks"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["benchmark", "metric", "n", *folders]
+    assert lines[2].split()[:3] == ["drawbench", "color_match", "6"] and "±" in lines[2]
+    assert main(["summary", str(results), "--benchmarks", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == json.loads(json.dumps(table))
+
+
+def test_prompt_files_in_each_format(tmp_path):
+    sets, ocr = write_sets(tmp_path / "sets")
+    drawbench = benchmark_sets.load(*sets["drawbench"])
+    assert drawbench.prompt_id.tolist() == ["r00002", "r00003", "r00004"] and drawbench.prompt.tolist() == CAPTIONS
+    pickapic = benchmark_sets.load(*sets["pickapic"])
+    assert pickapic.prompt.tolist() == [CAPTIONS[0], CAPTIONS[2]] and pickapic.category.isna().all()
+    assert benchmark_sets.load(*ocr["ocr"]).prompt.tolist()[0] == 'A poster that says "open"'
+
+    bad = tmp_path / "bad.csv"
+    bad.write_text("Prompt,Category\na cat,Animals\n")
+    with pytest.raises(PromptFileError, match=r"bad.csv: row 1 \(header\): missing column\(s\) Prompts"):
+        benchmark_sets.load(bad, "drawbench")
+    bad.write_text("Prompts,Category\na cat,Animals\n,Animals\n")
+    with pytest.raises(PromptFileError, match="bad.csv: row 3: empty Prompts cell"):
+        benchmark_sets.load(bad, "drawbench")
+    with pytest.raises(PromptFileError, match="bad.csv: no caption column; has Prompts, Category"):
+        benchmark_sets.load(bad, "pickapic")
+    (tmp_path / "bad.txt").write_text('A sign that says "yes"\n\nA sign with no quotes\n')
+    with pytest.raises(PromptFileError, match=r"bad.txt: line 3: no double-quoted text"):
+        benchmark_sets.load(tmp_path / "bad.txt", "ocr")
+    (tmp_path / "empty.txt").write_text("\n \n")
+    with pytest.raises(PromptFileError, match="empty.txt: no prompts in file"):
+        benchmark_sets.load(tmp_path / "empty.txt", "text")
+    with pytest.raises(PromptFileError, match="missing.txt: file not found"):
+        benchmark_sets.load(tmp_path / "missing.txt", "text")
+
+
+def test_unknown_checkpoints_metrics_and_specs_are_refused(finished_run, tmp_path):
+    results = finished_run / "results"
+    assert benchmark_cli.select_checkpoints(results, "base,every:1") == {"base": -1, "iter_000": 0, "iter_001": 1}
+    assert benchmark_cli.select_checkpoints(results, "1,every:2,last") == {"iter_001": 1}
+    with pytest.raises(ValueError, match=r"--checkpoints 7: no .*iter_007/checkpoint \(iterations with a "
+                                         r"checkpoint/: 0, 1\)"):
+        benchmark_cli.select_checkpoints(results, "base,7")
+    with pytest.raises(ValueError, match="expected base, last, best, every:K or an iteration number"):
+        benchmark_cli.select_checkpoints(results, "first")
+    with pytest.raises(ValueError, match="--checkpoints every:0: expected every:K"):
+        benchmark_cli.select_checkpoints(results, "every:0")
+    with pytest.raises(ValueError, match="--metric 'pickscor': not a registered reward; expected one of .*pickscore"):
+        benchmark_cli.parse_metrics(["pickscor"], None)
+    with pytest.raises(ValueError, match="expected NAME=FILE:FORMAT"):
+        benchmark_cli.parse_benchmarks(["drawbench.csv"])
+    with pytest.raises(ValueError, match="format 'csv' is not one of drawbench, pickapic, ocr, text"):
+        benchmark_cli.parse_benchmarks(["db=drawbench.csv:csv"])
+    _, ocr = write_sets(tmp_path / "sets")
+    with pytest.raises(ValueError, match=r"--benchmark ocr \(.*ocr.txt\): .*synthetic caption"):
+        benchmark_cli.run_benchmarks(results, ocr, METRICS, "base", progress=False)
