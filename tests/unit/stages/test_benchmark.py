@@ -140,3 +140,20 @@ def test_unknown_checkpoints_metrics_and_specs_are_refused(finished_run, tmp_pat
     _, ocr = write_sets(tmp_path / "sets")
     with pytest.raises(ValueError, match=r"--benchmark ocr \(.*ocr.txt\): .*synthetic caption"):
         benchmark_cli.run_benchmarks(results, ocr, METRICS, "base", progress=False)
+
+
+def test_a_reward_model_is_a_metric(results, tmp_path):
+    """PickScore's stand-in (smoke/standins.py: a CLIPModel folder in the published layout) as a metric."""
+    from rewardloop.smoke.standins import build_standin
+
+    sets, _ = write_sets(tmp_path / "sets")
+    options = build_standin("pickscore", tmp_path / "pickscore")
+    run(results, {"drawbench": sets["drawbench"]}, metrics={"pickscore": {"weight": 1.0, **options}},
+        checkpoints="base,last")
+    table, folders = benchmark_table.rows(results)
+    assert [(r["benchmark"], r["metric"]) for r in table] == [("drawbench", "pickscore")]
+    row = table[0]
+    assert [row[f"{folder}_n"] for folder in folders] == [6, 6] and folders[0] == layout.BASE
+    base, last = (read_table(results / f / layout.benchmark_name("drawbench")).to_pandas().reward_pickscore
+                  for f in folders)
+    assert row[f"{folders[1]}_mean"] == pytest.approx(last.mean(), abs=1e-12) and not base.equals(last)
