@@ -14,7 +14,10 @@ the same seeds for every checkpoint, from the run's validated config (results/re
 
 Per checkpoint and benchmark, <folder>/benchmark/<NAME>.parquet holds each image's scores (written
 atomically). A file already there with the same settings and prompts is kept, not regenerated; one
-with other settings is refused (--force regenerates it). The table: `rewardloop summary --benchmarks`.
+with other settings is refused (--force regenerates it). The table: `rewardloop summary --benchmarks`;
+when the run was tracked (tracking/run.json), also in its MLflow parent run: benchmark/<NAME>/<metric>
+(the mean, with .../ci95 and .../n) at step = the model's iteration (the base model at -1), and the
+table as artifact benchmark/benchmarks.csv.
 """  # plain text: it is also `rewardloop benchmark --help`
 
 from __future__ import annotations
@@ -193,6 +196,29 @@ def add_parser(commands) -> None:
     cmd.set_defaults(func=_main)
 
 
+def log_to_mlflow(results) -> int | None:
+    """The table into the run's MLflow parent run when the run was tracked; the values logged, or None."""
+    import contextlib
+    import json
+    import tempfile
+
+    from rewardloop import tracking
+    from rewardloop.benchmark_table import columns, rows
+    from rewardloop.rescore_cli import workflow_directory
+    from rewardloop.text_tables import csv_text
+
+    run_json = Path(layout.RunLayout(results).tracking_run).resolve()
+    if not run_json.is_file() or json.loads(run_json.read_text()).get("status") != "ok":
+        return None
+    table, folders = rows(results)
+    steps = {folder: layout.folder_iteration(folder) for folder in folders}
+    with tempfile.TemporaryDirectory(prefix="rewardloop-benchmark-") as tmp:
+        csv_path = Path(tmp) / "benchmarks.csv"
+        csv_path.write_text(csv_text(table, columns(folders)))
+        with contextlib.chdir(workflow_directory(Path(results), json.loads(run_json.read_text())["tracking_uri"])):
+            return tracking.log_benchmarks(run_json, table, steps, csv_path)
+
+
 def _main(args) -> None:
     from rewardloop.benchmark_table import render
 
@@ -201,3 +227,6 @@ def _main(args) -> None:
     run_benchmarks(args.results, benchmarks, metrics, args.checkpoints, args.images_per_prompt, args.seed,
                    args.batch_size, args.score_batch_size, args.device, args.threads, args.force)
     print(render(args.results))
+    logged = log_to_mlflow(args.results)
+    if logged is not None:
+        print(f"tracking: {logged} benchmark values and benchmark/benchmarks.csv -> the run's MLflow parent run")

@@ -277,6 +277,36 @@ def test_a_moved_run_folder_reruns_nothing_and_mlflow_ui_shows_every_image(sqlit
 
 
 @pytest.mark.workflow
+def test_a_benchmark_of_a_tracked_run_lands_in_its_parent_run(sqlite_run, tmp_path, monkeypatch, capsys):
+    """`rewardloop benchmark` on a tracked run: benchmark/<set>/<metric> (mean, ci95, n) in the parent run at
+    step = the model's iteration (base -1), equal to the table's, and the table as benchmark/benchmarks.csv."""
+    from rewardloop import benchmark_table
+    from rewardloop.cli import main
+
+    work = tmp_path / "run"
+    shutil.copytree(sqlite_run, work, symlinks=True)  # the module's run stays as it is
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("\n".join((ROOT / "resources/prompts/eval.txt").read_text().splitlines()[:2]) + "\n")
+    monkeypatch.chdir(work)  # where the workflow ran: the default store is relative to it
+    assert main(["benchmark", "results", "--benchmark", f"two={prompts}:text", "--metric", "color_match",
+                 "--checkpoints", "base,last"]) == 0
+    assert "benchmark values and benchmark/benchmarks.csv -> the run's MLflow parent run" in capsys.readouterr().out
+
+    table, folders = benchmark_table.rows(work / "results")
+    assert folders == ["base", "iter_001"]
+    (row,) = table
+    client = sqlite_client(work)
+    parent = json.loads((work / "results/tracking/run.json").read_text())["run_id"]
+    for suffix, statistic in (("", "mean"), ("/ci95", "ci95"), ("/n", "n")):
+        history = sorted((m.step, m.value) for m in client.get_metric_history(parent, f"benchmark/two/color_match{suffix}"))
+        assert [step for step, _ in history] == [-1, 1], statistic
+        assert [value for _, value in history] == pytest.approx([row[f"base_{statistic}"], row[f"iter_001_{statistic}"]])
+    # where a server of this store serves the parent run's artifacts from (mlflow ui --artifacts-destination)
+    (csv_file,) = (work / "results/mlartifacts").glob(f"*/{parent}/artifacts/benchmark/benchmarks.csv")
+    assert pd.read_csv(csv_file).iloc[0]["iter_001_mean"] == pytest.approx(row["iter_001_mean"])
+
+
+@pytest.mark.workflow
 def test_experiment_opens_in_the_training_view_and_runs_last_as_long_as_their_work(sqlite_run, repo_root):
     client = sqlite_client(sqlite_run)
     parent = json.loads((sqlite_run / "results/tracking/run.json").read_text())

@@ -42,7 +42,7 @@ into them), ``markers`` (each job's marker, the end-of-run line), ``jobs`` (the 
 """
 
 from rewardloop.tracking.errors import Skipped, TrackingError, retry, retry_stats, retryable, summary
-from rewardloop.tracking.jobs import log_gold, start_parent_run, track_base, track_iteration, track_monitors
+from rewardloop.tracking.jobs import log_benchmarks, log_gold, start_parent_run, track_base, track_iteration, track_monitors
 from rewardloop.tracking.markers import failure_line, markers, marking, report
 from rewardloop.tracking.points import flatten, iter_names, iteration_points, monitor_points
 from rewardloop.tracking.runs import (TAG_GUARD, TAG_ITERATION, TAG_NOTE, TAG_PARENT, TAG_ROLE, find_or_create_child,
@@ -52,7 +52,7 @@ from rewardloop.tracking.store import DEFAULT_TRACKING_URI, ENV_TRACKING_URI, cl
 __all__ = [
     "DEFAULT_TRACKING_URI", "ENV_TRACKING_URI", "Skipped", "TAG_GUARD", "TAG_ITERATION", "TAG_NOTE", "TAG_PARENT",
     "TAG_ROLE", "TrackingError", "client", "failure_line", "find_or_create_child", "flatten",
-    "get_or_create_experiment", "iter_names", "iteration_grids", "iteration_points", "log_gold", "markers",
+    "get_or_create_experiment", "iter_names", "iteration_grids", "iteration_points", "log_benchmarks", "log_gold", "markers",
     "marking", "monitor_points", "parent_run_name", "report", "retry", "retry_stats", "retryable",
     "start_parent_run", "summary", "track_base", "track_iteration", "track_monitors", "tracking_uri",
 ]

@@ -117,3 +117,18 @@ def track_monitors(run_json, iteration: int, health_path, gold_paths: list[str],
         print(f"tracking: monitors of {'the base model' if iteration < 0 else f'iteration {iteration}'}: "
               f"{len(points)} values{', guard ' + tags[TAG_GUARD] if tags else ''}", flush=True)
     return marker
+
+
+def log_benchmarks(run_json, rows: list, folders: Mapping[str, int], table_csv) -> int:
+    """`rewardloop benchmark`: the table's means, intervals and image counts into the parent run (step = the
+    model's iteration, the base model -1) and the table itself as artifact ``benchmark/benchmarks.csv``;
+    the number of values logged."""
+    import time
+
+    parent = read_parent(run_json)
+    points = values.benchmark_points(rows, folders, int(time.time() * 1000))
+    mlflow_client = client(parent["tracking_uri"])
+    log_values(mlflow_client, parent["run_id"], metrics=points)
+    log_artifacts(mlflow_client, parent["tracking_uri"], parent["run_id"], {"benchmarks.csv": str(table_csv)},
+                  "benchmark")
+    return len(points)

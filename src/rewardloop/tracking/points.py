@@ -210,6 +210,21 @@ def gold_points(path, iteration: int) -> list:
     return [(k, float(v), mtime_ms(path), iteration) for k, v in values.items() if k.startswith("gold/")]
 
 
+def benchmark_points(rows: Iterable[Mapping], folders: Mapping[str, int], timestamp_ms: int) -> list:
+    """`rewardloop benchmark`'s table (benchmark_table.rows) as ``benchmark/<name>/<metric>`` (the mean over
+    the images) with ``.../ci95`` and ``.../n``, at step = the model's iteration (``folders``: folder name ->
+    iteration, the base model -1), as the base eval sits at -1 and iteration i's at i."""
+    points = []
+    for row in rows:
+        key = f"benchmark/{row['benchmark']}/{row['metric']}"
+        for folder, step in folders.items():
+            for statistic, suffix in (("mean", ""), ("ci95", "/ci95"), ("n", "/n")):
+                value = _number(row.get(f"{folder}_{statistic}"))
+                if value is not None:
+                    points.append((key + suffix, value, timestamp_ms, step))
+    return points
+
+
 def span_ms(files: Mapping[str, str], benchmarks: Mapping[str, str] | None = None) -> tuple[int, int]:
     """(start, end) in ms of the work that wrote ``files`` ({stage: path}): the earliest mtime less its
     job's wall time (``benchmarks``: {stage: TSV}), the latest mtime."""
