@@ -74,14 +74,31 @@ def long_prompts(config: Mapping) -> list[LongPrompt]:
     from rewardloop.prompts import load_prompts
 
     found = []
-    loaded = tokenizers(config["model"])
-    for key in ("train", "eval"):
-        table = load_prompts(config["prompts"][key], key=f"prompts.{key}")
+    tables = {key: load_prompts(config["prompts"][key], key=f"prompts.{key}") for key in ("train", "eval")}
+    counted = _tiny_counts(config["model"], tables)
+    loaded = counted[0] if counted else tokenizers(config["model"])
+    for key, table in tables.items():
         for name, (tokenizer, limit) in loaded.items():
-            counts = token_counts(tokenizer, tuple(table.prompt))
+            counts = counted[1][key] if counted else token_counts(tokenizer, tuple(table.prompt))
             found += [LongPrompt(f"prompts.{key}", pid, name, n, limit)
                       for pid, n in zip(table.prompt_id, counts) if n > limit]
     return found
+
+
+def _tiny_counts(model_cfg: Mapping, tables: Mapping) -> tuple[dict, dict[str, list[int]]] | None:
+    """({component: (None, token limit)}, {key: token counts}) of the tiny model's tokenizer, counted without
+    building it (the caption-word prompts of tokenizer.caption_token_counts); None to count with the tokenizer."""
+    from rewardloop.models.families import get_family
+    from rewardloop.models.tokenizer import MAX_LENGTH, caption_token_counts
+
+    if not model_cfg.get("build_tiny"):
+        return None
+    counts = {key: caption_token_counts(table.prompt) for key, table in tables.items()}
+    if any(value is None for value in counts.values()):
+        return None
+    family = get_family(model_cfg["family"])
+    names = tuple(n for n in family.tokenizers if n not in family.sequence_lengths)  # as _tiny_tokenizers
+    return {name: (None, MAX_LENGTH) for name in names}, counts
 
 
 def token_counts(tokenizer, prompts: tuple[str, ...]) -> list[int]:

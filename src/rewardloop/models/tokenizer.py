@@ -41,6 +41,24 @@ def caption_words() -> list[str]:
     return sorted(words)
 
 
+def caption_token_counts(prompts: Iterable[str]) -> list[int] | None:
+    """Each prompt's token count under :func:`build_tokenizer`'s tokenizer (start and end included), without
+    building it, when every prompt is caption words (ASCII letters, any case) between spaces; else None.
+
+    Each caption word is one token (:func:`build_merges`) and spaces are no token, so such a prompt is its
+    word count plus 2: the counts the tokenizer gives (tests/unit/models/test_prompt_lengths.py), for the
+    startup's prompt-length check without importing transformers and writing a tokenizer (1-2 s).
+    """
+    vocabulary = set(caption_words())
+    counts = []
+    for prompt in prompts:
+        words = [word for word in prompt.split(" ") if word]
+        if not words or not all(word.isascii() and word.lower() in vocabulary for word in words):
+            return None
+        counts.append(len(words) + 2)
+    return counts
+
+
 def _symbols(word: str) -> tuple[str, ...]:
     return tuple(word[:-1]) + (word[-1] + "</w>",)
 

@@ -11,7 +11,7 @@ processes of batch b train as one process of batch P b.
 from __future__ import annotations
 
 import numpy as np
-import torch
+from rewardloop.lazy_torch import torch
 
 from rewardloop.objectives.registry import TrainingInputs
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import torch
+from rewardloop.lazy_torch import torch
 
 from rewardloop.models.families import ModelFamily
 from rewardloop.objectives.advantage_training import load_advantages

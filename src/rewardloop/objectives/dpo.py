@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-import torch.nn.functional as F
+from rewardloop.lazy_torch import torch
+from rewardloop.lazy_torch import functional as F
 
 from rewardloop.objectives.options import option
 from rewardloop.objectives.preference import TRAIN_STREAM, PairObjective

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
+from rewardloop.lazy_torch import torch
 
 from rewardloop.models.families import EMPTY_PROMPT, ModelFamily
 from rewardloop.objectives.advantage_training import (clipped_policy_loss, epoch_batches, load_advantages, rank_share,

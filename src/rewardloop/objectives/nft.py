@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
+from rewardloop.lazy_torch import torch
 
 from rewardloop.objectives.advantage_training import epoch_batches, rank_share, weighted
 from rewardloop.objectives.clean_latents import (CleanLatentData, conditional_velocity, load_clean_latents, noised,

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
-import torch
+from rewardloop.lazy_torch import no_grad, torch
 
 from rewardloop.models.families import EMPTY_PROMPT, ModelFamily
 from rewardloop.objectives.registry import Objective, ObjectiveError, TrainingInputs
@@ -251,7 +251,7 @@ class PairObjective(Objective):
             return self.family.predict(module, noisy, timesteps, cond, guidance_scale=self.guidance_scale,
                                        dtype=policy.model.dtype, pixel_size=noisy.shape[-1] * self.vae_scale_factor)
 
-    @torch.no_grad()
+    @no_grad
     def evaluate(self, policy: Policy, data: PairData, batches: int = 4) -> dict:
         """Mean logs on fixed held batches (noise and timesteps apart from the training stream)."""
         totals: dict[str, float] = {}

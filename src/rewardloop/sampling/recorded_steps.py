@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-import torch
+from rewardloop.lazy_torch import torch
 
 from rewardloop.sampling.sde import SDE_TYPES, Dynamics, gaussian_log_prob, get_dynamics
 

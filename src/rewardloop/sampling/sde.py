@@ -29,7 +29,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-import torch
+from rewardloop.lazy_torch import torch
 
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 

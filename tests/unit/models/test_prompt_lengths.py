@@ -88,3 +88,16 @@ def test_the_default_run_has_no_over_long_prompt_and_many_are_summarised():
     many = [LongPrompt("prompts.train", f"p{i}", "tokenizer", 80, 77) for i in range(MAX_LINES + 5)]
     lines = warning_lines(many)
     assert len(lines) == MAX_LINES + 1 and lines[-1].startswith("rewardloop: ... and 5 more over-long prompt(s)")
+
+
+def test_caption_word_prompts_are_counted_as_the_tiny_tokenizer_counts_them(tmp_path):
+    """The startup counts the tiny model's prompts without building its tokenizer (issue 33): the same counts."""
+    from rewardloop.models.tokenizer import build_tokenizer, caption_token_counts
+
+    tokenizer = build_tokenizer(tmp_path / "tok")
+    prompts = [*load_prompts(ROOT / "resources/prompts/train.txt").prompt,
+               *load_prompts(ROOT / "resources/prompts/eval.txt").prompt,
+               "A RED Circle on a  blue background", " a red square ", "red " * 20 + "circle"]
+    assert caption_token_counts(prompts) == [len(ids) for ids in tokenizer(prompts, truncation=False).input_ids]
+    for other in ("a red circle, on a blue background", "a redd circle", "a red\tcircle", "a \u212aed circle", ""):
+        assert caption_token_counts(["a red circle", other]) is None  # counted by the tokenizer itself
