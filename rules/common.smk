@@ -86,6 +86,9 @@ ITERATION_RECORDS = (layout.LATENTS, *(layout.metrics_name(stage) for stage in S
                      *(f"{folder}/{name}/{LORA_WEIGHTS}" for folder in (layout.TRAIN_DIR, layout.CHECKPOINT_DIR)
                        for name in EXTRA_ADAPTERS))
 REPORT_DIR = RUN.report_dir
+# What `rewardloop benchmark` left (run after the workflow, not one of its jobs): the report's table reads them.
+BENCHMARK_TABLES = sorted(str(p) for p in Path(RESULTS).glob(f"*/{layout.BENCHMARK_DIR}/*.parquet")
+                          if layout.parse_folder_name(p.parent.parent.name) is not None)
 TRACKING_RUN = RUN.tracking_run
 
 
@@ -102,6 +105,8 @@ def all_targets():
         targets += [f"{iter_dir(it)}/{name}" for name in ITERATION_ARTIFACTS + ITERATION_RECORDS]
         targets += [f"{iter_dir(it)}/{name}" for name in GUIDANCE_EVAL_FILES]
     targets += [RUN.report("curves.png"), RUN.report("config.yaml"), f"{BASE_DIR}/{layout.EVAL_GRID}"]
+    if BENCHMARK_TABLES:  # rule benchmark_table (rules/report.smk)
+        targets.append(RUN.report(layout.BENCHMARK_REPORT))
     targets += [f"{iter_dir(it)}/{name}" for it in range(config["iterations"]) for name in (layout.GRID, layout.EVAL_GRID)]
     if config["tracking"]["enabled"]:
         targets += [TRACKING_RUN, f"{BASE_DIR}/{layout.TRACKING_MARKER}"]

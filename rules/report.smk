@@ -1,5 +1,6 @@
 # Figures and files for `snakemake --report report.html`: reward/training curves, image grids per
-# iteration, the validated config. Cheap, so they run on the submitting host.
+# iteration, the validated config, and the benchmark table once `rewardloop benchmark` ran. Cheap, so they
+# run on the submitting host.
 
 
 rule grids:
@@ -92,3 +93,32 @@ rule report_config:
         "../envs/rewardloop.yaml"
     script:
         "../scripts/report_config.py"
+
+
+# The run's benchmark table (rewardloop summary --benchmarks as CSV), planned only when `rewardloop benchmark`
+# left per-image scores under base/ or iter_XXX/benchmark/; a further benchmark or checkpoint reruns it.
+rule benchmark_table:
+    localrule: True
+    input:
+        BENCHMARK_TABLES,
+    output:
+        table=report(
+            f"{REPORT_DIR}/{layout.BENCHMARK_REPORT}",
+            caption="../report/benchmarks.rst",
+            category="benchmarks",
+            labels={"file": layout.BENCHMARK_REPORT},
+        ),
+    params:
+        results=RESULTS,
+    log:
+        RUN.log(layout.REPORT, "benchmark_table"),
+    benchmark:
+        RUN.benchmark(layout.REPORT, "benchmark_table")
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=5,
+    conda:
+        "../envs/rewardloop.yaml"
+    script:
+        "../scripts/benchmark_table.py"

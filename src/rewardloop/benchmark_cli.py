@@ -14,7 +14,8 @@ the same seeds for every checkpoint, from the run's validated config (results/re
 
 Per checkpoint and benchmark, <folder>/benchmark/<NAME>.parquet holds each image's scores (written
 atomically). A file already there with the same settings and prompts is kept, not regenerated; one
-with other settings is refused (--force regenerates it). The table: `rewardloop summary --benchmarks`;
+with other settings is refused (--force regenerates it). The table: `rewardloop summary --benchmarks`,
+and in the Snakemake report once `snakemake` has run rule benchmark_table (report/benchmarks.csv);
 when the run was tracked (tracking/run.json), also in its MLflow parent run: benchmark/<NAME>/<metric>
 (the mean, with .../ci95 and .../n) at step = the model's iteration (the base model at -1), and the
 table as artifact benchmark/benchmarks.csv.
@@ -227,6 +228,7 @@ def _main(args) -> None:
     run_benchmarks(args.results, benchmarks, metrics, args.checkpoints, args.images_per_prompt, args.seed,
                    args.batch_size, args.score_batch_size, args.device, args.threads, args.force)
     print(render(args.results))
+    print("the report's copy: `snakemake` (rule benchmark_table writes report/benchmarks.csv), then `make report`")
     logged = log_to_mlflow(args.results)
     if logged is not None:
         print(f"tracking: {logged} benchmark values and benchmark/benchmarks.csv -> the run's MLflow parent run")

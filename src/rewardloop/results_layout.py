@@ -123,6 +123,7 @@ CHECKPOINT_DIR = "checkpoint"
 METRICS_DIR = "metrics"
 RESCORE_DIR = "rescore"
 BENCHMARK_DIR = "benchmark"  # rewardloop benchmark's per-image scores of the folder's model
+BENCHMARK_REPORT = "benchmarks.csv"  # report/: the run's benchmark table, once rewardloop benchmark wrote any
 SHARDS_DIR = "shards"
 SHARD_METRICS = "metrics.json"  # a shard's own record, beside its tables
 HEALTH = "health.parquet"

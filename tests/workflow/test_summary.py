@@ -174,3 +174,37 @@ def test_summary_table_fits_100_columns_and_timings_widen_it(tmp_path, capsys):
     assert cli.main(["summary", str(tmp_path), "--format", "csv"]) == 0  # CSV: every column, whole
     table = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
     assert list(table[0]) == summary.columns() and table[0]["guard"].endswith("gold_3_drop_beyond_threshold")
+
+
+@pytest.mark.workflow
+def test_a_benchmark_joins_the_report_through_one_job_and_a_further_checkpoint_reruns_only_it(results, tmp_path,
+                                                                                               repo_root):
+    """After `rewardloop benchmark`, `snakemake` plans rule benchmark_table alone (the run itself is finished),
+    which writes report/benchmarks.csv, the summary's table as CSV, into `snakemake --report`; a rerun plans
+    nothing until a benchmark of another checkpoint is added."""
+    from rewardloop.benchmark_table import render
+    from rewardloop.cli import main
+    from workflow_helpers import copy_run, planned_jobs
+
+    work = copy_run(results.parent, tmp_path / "run")
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("\n".join((repo_root / "resources/prompts/eval.txt").read_text().splitlines()[:2]) + "\n")
+
+    def benchmark(checkpoints):
+        assert main(["benchmark", str(work / "results"), "--benchmark", f"two={prompts}:text", "--metric",
+                     "color_match", "--checkpoints", checkpoints]) == 0
+
+    benchmark("base")
+    assert planned_jobs(snakemake(work, "-n")) == {("benchmark_table", ""): 1, ("all", ""): 1}
+    snakemake(work)
+    table = work / "results/report" / results_layout.BENCHMARK_REPORT
+    assert table.read_text() == render(work / "results", "csv") + "\n"
+    assert planned_jobs(snakemake(work, "-n")) == {}
+    report = work / "report.html"
+    snakemake(work, "--report", str(report))
+    assert results_layout.BENCHMARK_REPORT in report.read_text()
+
+    benchmark("base,last")  # base's file kept, the last checkpoint's added
+    assert planned_jobs(snakemake(work, "-n")) == {("benchmark_table", ""): 1, ("all", ""): 1}
+    snakemake(work)
+    assert list(pd.read_csv(table).columns)[-3:] == ["iter_000_mean", "iter_000_ci95", "iter_000_n"]
