@@ -65,8 +65,19 @@ def test_a_run_scores_with_a_flow_factory_protocol_server(tiny_model, tmp_path):
             generate={"prompts_per_iteration": 4, "images_per_prompt": 2}))
         snakemake(work)
         assert planned_jobs(snakemake(work, "-n")) == Counter()
+        # a gold reward may be served too: `rewardloop rescore` of the finished run through the same server
+        from rewardloop.cli import main
+
+        assert main(["rescore", str(work / "results"), "--reward", "level",
+                     "--reward-option", f"level.remote={{url: '{url}', protocol: flow_factory}}"]) == 0
 
     results = work / "results"
+    for folder in ("base", "iter_000"):
+        rescored = read_table(results / folder / "rescore/level.parquet").to_pandas()
+        evaluated = read_table(results / folder / "eval.parquet").to_pandas()
+        levels = [np.asarray(decode_image(cell, folder), dtype=np.float64).mean() / 255 for cell in evaluated.image]
+        served = rescored[rescored.source == "eval"].set_index("sample_id").loc[evaluated.sample_id, "reward_level"]
+        assert np.allclose(served, levels, atol=1e-12), folder
     for table in ("iter_000/scores.parquet", "iter_000/eval.parquet"):
         scored = read_table(results / table).to_pandas()
         if "image" not in scored:  # scores.parquet holds the scores; the images are the rollouts'
