@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import socket
 import subprocess
@@ -56,3 +57,11 @@ def serve_reward(*args: str) -> list[str]:
 
 def stand_in(mode: str) -> list[str]:
     return [sys.executable, str(STAND_INS), mode]
+
+
+def stand_ins_module():
+    """stand_in_servers.py as a module (its scoring rules, to compute what a stand-in answers)."""
+    spec = importlib.util.spec_from_file_location("stand_in_servers", STAND_INS)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

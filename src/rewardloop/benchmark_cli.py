@@ -4,9 +4,10 @@
       --metric pickscore --reward-option pickscore.model_path=/models/PickScore_v1 \\
       --metric clip_score --checkpoints base,last,best,every:5
 
-Each --benchmark NAME=FILE:FORMAT is a prompt set (formats: drawbench, pickapic, ocr, text; see
+Each --benchmark NAME=FILE:FORMAT is a prompt set (formats: drawbench, pickapic, ocr, text, geneval; see
 docs/benchmarks.md), each --metric a registered reward (or a remote one, via --reward-option
-NAME.remote={url: ...}). --checkpoints picks the models: base, last (the last iteration with a
+NAME.remote={url: ...}; a geneval set's metric is a GenEval server, which receives each image's
+prompt metadata). --checkpoints picks the models: base, last (the last iteration with a
 checkpoint), best (`rewardloop best`'s choice, eval/reward/mean), every:K (iterations K-1, 2K-1, ...:
 the model after every K iterations) and iteration numbers. Images are sampled as the run's eval
 samples them (its model, resolution, scheduler, precision, eval steps and guidance; DDIM, eta 0), with

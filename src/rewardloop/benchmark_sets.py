@@ -11,18 +11,24 @@ each file comes from.
 - ``ocr``: flow_grpo's ``dataset/ocr/test.txt``: one prompt per line, its first double-quoted span the
   text to render (``rewards.ocr.extract_target``, the target the ``ocr`` reward reads).
 - ``text``: one prompt per line.
+- ``geneval``: GenEval's ``prompts/evaluation_metadata.jsonl``: one JSON object per line with ``prompt``,
+  ``tag`` (single_object, two_object, counting, colors, position, color_attr), ``include`` (a list of
+  ``{class, count, color?, position?}``) and optionally ``exclude``; ids ``g<line>``, ``category`` the tag,
+  and a ``metadata`` column: each line's whole object, which a metric's server receives with each image
+  (rewards.combine passes it to rewards that take it: remote ones).
 """
 
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 
 import pandas as pd
 
 from rewardloop.prompts import PromptFileError
 
-FORMATS = ("drawbench", "pickapic", "ocr", "text")
+FORMATS = ("drawbench", "pickapic", "ocr", "text", "geneval")
 COLUMNS = ["prompt_id", "prompt", "category"]
 
 
@@ -33,10 +39,11 @@ def load(path: str | Path, fmt: str) -> pd.DataFrame:
         raise ValueError(f"benchmark format {fmt!r}: expected one of {', '.join(FORMATS)}")
     if not path.is_file():
         raise PromptFileError(f"{path}: file not found")
-    rows = {"drawbench": _drawbench, "pickapic": _pickapic, "ocr": _ocr, "text": _text}[fmt](path)
+    rows = {"drawbench": _drawbench, "pickapic": _pickapic, "ocr": _ocr, "text": _text,
+            "geneval": _geneval}[fmt](path)
     if not rows:
         raise PromptFileError(f"{path}: no prompts in file ({fmt} format)")
-    return pd.DataFrame(rows, columns=COLUMNS)
+    return pd.DataFrame(rows, columns=COLUMNS + ["metadata"] if fmt == "geneval" else COLUMNS)
 
 
 def _read_text(path: Path) -> str:
@@ -100,4 +107,28 @@ def _pickapic(path: Path) -> list[tuple]:
         if caption not in seen:
             seen.add(caption)
             rows.append((f"c{len(rows) + 1:05d}", caption, None))
+    return rows
+
+
+def _geneval(path: Path) -> list[tuple]:
+    rows = []
+    for n, line in _lines(path):
+        where = f"{path}: line {n}"
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise PromptFileError(f"{where}: not JSON ({exc}); geneval format: one JSON object per line, as "
+                                  f"GenEval's prompts/evaluation_metadata.jsonl") from None
+        if not isinstance(item, dict):
+            raise PromptFileError(f"{where}: expected a JSON object, got {type(item).__name__} (geneval format)")
+        for key in ("prompt", "tag"):
+            if not isinstance(item.get(key), str) or not item[key].strip():
+                raise PromptFileError(f"{where}: no {key!r} (expected a non-empty string; geneval format: "
+                                      f"prompt, tag, include, optionally exclude)")
+        if not isinstance(item.get("include"), list):
+            raise PromptFileError(f"{where}: 'include' is not a list (got {item.get('include')!r}; geneval "
+                                  f"format: a list of {{class, count, color?, position?}})")
+        if "exclude" in item and not isinstance(item["exclude"], list):
+            raise PromptFileError(f"{where}: 'exclude' is not a list (got {item['exclude']!r}; geneval format)")
+        rows.append((f"g{n:05d}", item["prompt"].strip(), item["tag"], item))
     return rows

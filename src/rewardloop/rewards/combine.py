@@ -73,11 +73,18 @@ class RewardSet:
         for reward in self.rewards.values():
             reward.check_prompts(prompts)
 
-    def score(self, images: Sequence, prompts: Sequence[str], batch_size: int = 8) -> pd.DataFrame:
-        """Columns ``reward`` (weighted sum), ``reward_<name>`` each, ``reward_details`` (JSON)."""
+    def score(self, images: Sequence, prompts: Sequence[str], batch_size: int = 8,
+              metadata: Sequence[dict] | None = None) -> pd.DataFrame:
+        """Columns ``reward`` (weighted sum), ``reward_<name>`` each, ``reward_details`` (JSON).
+
+        ``metadata``: one JSON object per image (its prompt's metadata, e.g. GenEval's), passed with each
+        batch to the rewards whose ``takes_metadata`` is true (remote ones: their server receives it);
+        the others ignore it."""
         images, prompts = list(images), list(prompts)
         if len(images) != len(prompts):
             raise ValueError(f"{len(images)} images but {len(prompts)} prompts")
+        if metadata is not None and len(metadata) != len(images):
+            raise ValueError(f"{len(images)} images but {len(metadata)} metadata objects")
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.check_prompts(prompts)
@@ -87,7 +94,11 @@ class RewardSet:
         for start in tqdm(starts, desc="rewards", unit="batch", file=sys.stderr):
             stop = min(start + batch_size, len(images))
             for name, reward in self.rewards.items():
-                scores, batch_details = reward.score(images[start:stop], prompts[start:stop])
+                if metadata is not None and getattr(reward, "takes_metadata", False):
+                    scores, batch_details = reward.score(images[start:stop], prompts[start:stop],
+                                                         metadata=list(metadata[start:stop]))
+                else:
+                    scores, batch_details = reward.score(images[start:stop], prompts[start:stop])
                 scores = np.asarray(scores, dtype=np.float64).reshape(-1)
                 if len(scores) != stop - start or len(batch_details) != stop - start:
                     raise ValueError(

@@ -34,7 +34,8 @@ def settings(cfg, metrics: dict, images_per_prompt: int, seed: int) -> dict:
 def run(cfg, prompts, iteration, lora_dir, out_path, metrics: dict, images_per_prompt: int, seed: int,
         prompts_digest: str, batch_size: int, score_batch_size: int, device: str = "cpu", threads: int = 1,
         progress: bool = True, desc: str = "benchmark"):
-    """Sample ``images_per_prompt`` images per row of ``prompts`` (prompt_id, prompt, category) from the base
+    """Sample ``images_per_prompt`` images per row of ``prompts`` (prompt_id, prompt, category, and metadata for
+    a set that has it: each image's goes with it to the metrics that take it) from the base
     model with ``lora_dir`` (None: the base), score them with ``metrics`` (a rewards mapping) and write
     ``out_path``: one row per image, the sample keys, category, ``reward_<metric>`` and reward_details."""
     from rewardloop.models import loading as models
@@ -50,7 +51,10 @@ def run(cfg, prompts, iteration, lora_dir, out_path, metrics: dict, images_per_p
     rows, _, _ = rollout(pipe, get_family(cfg["model"]["family"]), prompts[["prompt_id", "prompt"]], seeds, sampler,
                          batch_size, id_prefix=ID_PREFIX, progress=progress, desc=desc)
     rows.insert(4, "iteration", -1 if iteration is None else iteration)
-    scores = score_frame(rows, metrics, score_batch_size, desc, progress, decode_samples(rows, desc))
+    metadata = None  # each image's prompt metadata (geneval), sent with it to a remote metric's server
+    if "metadata" in prompts.columns:
+        metadata = rows.prompt_id.map(dict(zip(prompts.prompt_id, prompts.metadata))).tolist()
+    scores = score_frame(rows, metrics, score_batch_size, desc, progress, decode_samples(rows, desc), metadata)
     scores = scores.drop(columns=["reward"])  # the weighted sum of the metrics: no benchmark's number
     scores.insert(3, "category", scores.prompt_id.map(dict(zip(prompts.prompt_id, prompts.category))))
     meta = provenance(settings(cfg, metrics, images_per_prompt, seed), iteration,

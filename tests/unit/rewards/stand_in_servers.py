@@ -12,7 +12,10 @@ Every mode scores ``mean_level``: the mean of an image's RGB values / 255. ``GET
 - ``flow_factory``: Flow-Factory's protocol as its client speaks it (X-GenGroup/Flow-Factory,
   src/flow_factory/rewards/my_reward_remote.py): ``POST /compute`` with ``prompt``, ``image`` (base64
   PNG), ``video``, ``condition_images``, ``condition_videos``, ``kwargs``; reply ``{"rewards": [...]}``;
-  ``GET /health`` answers ``{"status": "ok"}``.
+  ``GET /health`` answers ``{"status": "ok"}``;
+- ``geneval``: a GenEval server's stand-in, rewardloop/1 serving reward ``geneval``: reads each image's
+  GenEval metadata (``metadata.items``, 400 without it) and scores ``geneval_score`` of it and the image
+  (no detector: a checkable rule), with details ``{"tag", "n_include", "mean_level"}``.
 """
 
 from __future__ import annotations
@@ -29,11 +32,20 @@ import numpy as np
 from PIL import Image
 
 FLOW_FACTORY_FIELDS = {"prompt", "image", "video", "condition_images", "condition_videos", "kwargs"}
+GENEVAL_PASS_TAGS = {"single_object", "colors"}  # the stand-in's "correct" tags
+GENEVAL_MIN_LEVEL = 0.02  # and an image not all black
 
 
 def mean_level(b64: str) -> float:
     image = Image.open(io.BytesIO(base64.b64decode(b64))).convert("RGB")
     return float(np.asarray(image, dtype=np.float64).mean() / 255)
+
+
+def geneval_score(item: dict, level: float) -> float:
+    """The stand-in's GenEval score: 1.0 when the metadata's tag is one of GENEVAL_PASS_TAGS and the image's
+    mean level is above GENEVAL_MIN_LEVEL, else 0.0 (a real server: whether the detector finds every
+    ``include`` and no ``exclude``)."""
+    return float(item.get("tag") in GENEVAL_PASS_TAGS and level > GENEVAL_MIN_LEVEL)
 
 
 class State:
@@ -60,7 +72,8 @@ def handler(mode: str):
                 return self.reply(404, {"detail": "Not Found"})
             if mode == "flow_factory":
                 return self.reply(200, {"status": "ok"})
-            self.reply(200, {"protocol": "rewardloop/1", "status": "ok", "reward": "mean_level",
+            self.reply(200, {"protocol": "rewardloop/1", "status": "ok",
+                             "reward": "geneval" if mode == "geneval" else "mean_level",
                              "options": {}, "fingerprint": {}})
 
         def do_POST(self):
@@ -72,6 +85,16 @@ def handler(mode: str):
                 if self.path != "/compute" or set(body) != FLOW_FACTORY_FIELDS:
                     return self.reply(422, {"detail": f"expected POST /compute with {sorted(FLOW_FACTORY_FIELDS)}"})
                 return self.reply(200, {"rewards": [mean_level(b) for b in body["image"]]})
+            if mode == "geneval":
+                items = (body.get("metadata") or {}).get("items")
+                if not isinstance(items, list) or len(items) != len(body["images"]):
+                    return self.reply(400, {"protocol": "rewardloop/1", "error": {
+                        "code": "bad_request", "message": "metadata.items: expected one GenEval object per image"}})
+                levels = [mean_level(b) for b in body["images"]]
+                return self.reply(200, {"protocol": "rewardloop/1", "reward": "geneval",
+                                        "scores": [geneval_score(i, v) for i, v in zip(items, levels)],
+                                        "details": [{"tag": i.get("tag"), "n_include": len(i.get("include", [])),
+                                                     "mean_level": v} for i, v in zip(items, levels)]})
             if mode == "vanish":
                 os._exit(1)  # killed mid-batch: the connection drops, nothing answers on the port again
             if mode == "refuse":

@@ -14,13 +14,14 @@ import numpy as np
 import pytest
 import requests
 from PIL import Image
-from remote_servers import free_port, running, serve_reward, stand_in
+from remote_servers import free_port, running, serve_reward, stand_in, stand_ins_module
 
 from rewardloop.models.synthetic import render
 from rewardloop.rewards.base import check_options, check_prompts
 from rewardloop.rewards.combine import RewardSet
 from rewardloop.rewards.remote.batching import MicroBatcher
 from rewardloop.rewards.remote.client import check_remote_rewards, remote_identities
+from rewardloop.rewards.remote.protocols import FlowFactoryProtocol, RewardloopProtocol
 from rewardloop.rewards.remote.server import checkpoint_fingerprints
 from rewardloop.rewards.remote.transport import PermanentError, TransientError
 from rewardloop.rewards.remote.wire import encode_image
@@ -134,6 +135,11 @@ def b64_png(image) -> str:
     ({"protocol": "rewardloop/1", "images": ["IMG"], "prompts": []}, 400, "prompts: 0 prompts for 1 images"),
     ({"protocol": "rewardloop/1", "images": ["IMG"], "prompts": ["a cat"]}, 400, "prompts: prompt 'a cat'"),
     ({"protocol": "rewardloop/1", "images": ["IMG"], "prompts": ["p"], "pickle": "x"}, 400, "unknown field(s) pickle"),
+    ({"protocol": "rewardloop/1", "images": ["IMG"], "prompts": ["a red circle on a blue background"],
+      "metadata": {"items": [{"tag": "colors"}, {"tag": "counting"}]}}, 400,
+     "metadata.items: expected a list of 1 JSON objects (one per image), got 2 items"),
+    ({"protocol": "rewardloop/1", "images": ["IMG"], "prompts": ["a red circle on a blue background"],
+      "metadata": {"items": ["colors"]}}, 400, "metadata.items: expected a list of 1 JSON objects"),
     ({"protocol": "rewardloop/1", "images": ["BIG"], "prompts": ["a red circle on a blue background"]}, 413,
      "images[0]: 300x20 pixels; this server takes sides up to 256 (--max-image-side)"),
     ({"protocol": "rewardloop/1", "images": ["IMG"] * 13, "prompts": ["p"] * 13}, 413,
@@ -269,6 +275,61 @@ def test_a_flow_factory_server_scores_through_the_client(tmp_path):
         assert posts(url) == 3  # batches of 2, 2, 1
         identity = json.loads(remote_identities({"level": entry})["rewards.level.remote"])
         assert identity == {"protocol": "flow_factory", "url": url, "health": {"status": "ok"}}
+
+
+# --- per-image metadata (GenEval's) -------------------------------------------------------------------
+
+GENEVAL_ITEMS = [  # GenEval's evaluation_metadata.jsonl objects, one per image below
+    {"tag": "single_object", "include": [{"class": "cat", "count": 1}], "prompt": "a photo of a cat"},
+    {"tag": "counting", "include": [{"class": "dog", "count": 3}], "exclude": [{"class": "dog", "count": 4}],
+     "prompt": "a photo of three dogs"},
+    {"tag": "colors", "include": [{"class": "car", "count": 1, "color": "red"}], "prompt": "a photo of a red car"},
+    {"tag": "colors", "include": [{"class": "car", "count": 1, "color": "blue"}], "prompt": "a photo of a blue car"},
+    {"tag": "two_object", "include": [{"class": "cat", "count": 1}, {"class": "dog", "count": 1}],
+     "prompt": "a photo of a cat and a dog"},
+]
+
+
+def test_the_payloads_carry_metadata_only_when_there_is_some():
+    images, prompts = shapes(2)
+    items = GENEVAL_ITEMS[:2]
+    assert RewardloopProtocol.payload(images, prompts, "b")["metadata"] == {"batch": "b"}  # as before: no items
+    assert RewardloopProtocol.payload(images, prompts, "b", items)["metadata"] == {"batch": "b", "items": items}
+    assert FlowFactoryProtocol.payload(images, prompts, "b")["kwargs"] is None
+    flow_factory = FlowFactoryProtocol.payload(images, prompts, "b", items)
+    assert flow_factory["kwargs"] == {"metadata": items} and set(flow_factory) == {
+        "prompt", "image", "video", "condition_images", "condition_videos", "kwargs"}
+
+
+def test_each_images_metadata_reaches_a_geneval_server_in_order(tmp_path):
+    """The GenEval stand-in scores each image from its metadata and pixels: the scores and the tags it echoes
+    are each image's, in order, across batches; a local reward ignores the metadata."""
+    images, prompts = shapes(5)
+    images[2] = Image.new("RGB", images[2].size)  # black: a "colors" image the stand-in finds wrong
+    rule = stand_ins_module()
+    with running(stand_in("geneval"), tmp_path / "geneval.log") as (url, _):
+        table = RewardSet({"geneval": remote(url), "color_match": 1.0}).score(images, prompts, batch_size=2,
+                                                                              metadata=GENEVAL_ITEMS)
+        expected = [rule.geneval_score(item, level) for item, level in zip(GENEVAL_ITEMS, mean_levels(images))]
+        assert table.reward_geneval.tolist() == expected == [1.0, 0.0, 0.0, 1.0, 0.0]
+        details = [json.loads(d)["geneval"] for d in table.reward_details]
+        assert [(d["tag"], d["n_include"]) for d in details] == [
+            (item["tag"], len(item["include"])) for item in GENEVAL_ITEMS]
+        assert posts(url) == 3  # batches of 2, 2, 1, each with its own images' metadata
+        local = RewardSet({"color_match": 1.0}).score(images, prompts, batch_size=2)
+        assert table.reward_color_match.tolist() == local.reward_color_match.tolist()
+        with pytest.raises(PermanentError, match="metadata.items: expected one GenEval object per image"):
+            RewardSet({"geneval": remote(url)}).score(images, prompts)  # no metadata: none sent
+    with pytest.raises(ValueError, match="5 images but 2 metadata objects"):
+        RewardSet({"color_match": 1.0}).score(images, prompts, metadata=GENEVAL_ITEMS[:2])
+
+
+def test_a_rewardloop_server_ignores_per_image_metadata(color_server):
+    url, _ = color_server
+    images, prompts = shapes(3)
+    plain = RewardSet({"color_match": remote(url)}).score(images, prompts)
+    given = RewardSet({"color_match": remote(url)}).score(images, prompts, metadata=GENEVAL_ITEMS[:3])
+    assert given.reward.tolist() == plain.reward.tolist()
 
 
 # --- the config entry and the batcher ----------------------------------------------------------------

@@ -9,6 +9,7 @@ import shutil
 
 import pandas as pd
 import pytest
+from remote_servers import running, stand_in, stand_ins_module
 
 from rewardloop import benchmark_cli, benchmark_sets, benchmark_table
 from rewardloop import results_layout as layout
@@ -157,3 +158,61 @@ def test_a_reward_model_is_a_metric(results, tmp_path):
     base, last = (read_table(results / f / layout.benchmark_name("drawbench")).to_pandas().reward_pickscore
                   for f in folders)
     assert row[f"{folders[1]}_mean"] == pytest.approx(last.mean(), abs=1e-12) and not base.equals(last)
+
+
+GENEVAL = [  # GenEval's prompts/evaluation_metadata.jsonl, four lines of different tags
+    {"tag": "single_object", "include": [{"class": "bench", "count": 1}], "prompt": "a photo of a bench"},
+    {"tag": "counting", "include": [{"class": "cat", "count": 2}], "exclude": [{"class": "cat", "count": 3}],
+     "prompt": "a photo of two cats"},
+    {"tag": "colors", "include": [{"class": "car", "count": 1, "color": "red"}], "prompt": "a photo of a red car"},
+    {"tag": "position", "include": [{"class": "dog", "count": 1},
+                                    {"class": "cat", "count": 1, "position": ["left of", 0]}],
+     "prompt": "a photo of a cat left of a dog"},
+]
+
+
+def test_geneval_through_a_geneval_server(results, tmp_path):
+    """A geneval set scored by the GenEval server's stand-in (stand_in_servers.py): each image's prompt
+    metadata reaches the server with it, the per-image scores are the stand-in's rule on that metadata
+    and image, and the table row is their mean."""
+    path = tmp_path / "evaluation_metadata.jsonl"
+    path.write_text("".join(json.dumps(item) + "\n" for item in GENEVAL))
+    rule = stand_ins_module()
+    with running(stand_in("geneval"), tmp_path / "geneval.log") as (url, _):
+        metrics = benchmark_cli.parse_metrics(["geneval"], [f"geneval.remote={{url: {url}}}"])
+        written = run(results, {"geneval": (path, "geneval")}, metrics=metrics, checkpoints="base,last")
+    assert len(written) == 2
+    table, folders = benchmark_table.rows(results)
+    assert [(r["benchmark"], r["metric"]) for r in table] == [("geneval", "geneval")]
+    by_tag = {item["tag"]: item for item in GENEVAL}
+    for folder in folders:
+        scores = read_table(results / folder / layout.benchmark_name("geneval")).to_pandas()
+        assert scores.category.tolist() == [item["tag"] for item in GENEVAL for _ in range(IMAGES_PER_PROMPT)]
+        details = [json.loads(d)["geneval"] for d in scores.reward_details]
+        assert [d["tag"] for d in details] == scores.category.tolist()  # each image's own metadata, in order
+        assert [d["n_include"] for d in details] == [len(by_tag[t]["include"]) for t in scores.category]
+        assert scores.reward_geneval.tolist() == [rule.geneval_score(by_tag[d["tag"]], d["mean_level"])
+                                                  for d in details]
+        assert set(scores.reward_geneval) == {0.0, 1.0}  # tags the stand-in passes and fails
+        assert table[0][f"{folder}_n"] == len(GENEVAL) * IMAGES_PER_PROMPT
+        assert table[0][f"{folder}_mean"] == pytest.approx(scores.reward_geneval.mean(), abs=1e-12)
+        per_tag = scores.groupby("category").reward_geneval.mean()  # GenEval's per-tag numbers (docs)
+        assert per_tag["colors"] == 1.0 and per_tag["counting"] == 0.0
+
+
+@pytest.mark.parametrize("line, named", [
+    ("{not json", r"line 2: not JSON"),
+    ('{"tag": "colors", "include": []}', r"line 2: no 'prompt'"),
+    ('{"prompt": "a photo of a cat", "include": []}', r"line 2: no 'tag'"),
+    ('{"prompt": "a photo of a cat", "tag": "colors", "include": {"class": "cat"}}', r"line 2: 'include' is not a list"),
+    ('["a photo of a cat"]', r"line 2: expected a JSON object, got list"),
+])
+def test_a_malformed_geneval_file_is_refused_naming_file_and_line(tmp_path, line, named):
+    path = tmp_path / "evaluation_metadata.jsonl"
+    path.write_text(json.dumps(GENEVAL[0]) + "\n" + line + "\n")
+    with pytest.raises(PromptFileError, match=rf"evaluation_metadata.jsonl: {named}"):
+        benchmark_sets.load(path, "geneval")
+    path.write_text("".join(json.dumps(item) + "\n" for item in GENEVAL))
+    prompts = benchmark_sets.load(path, "geneval")
+    assert prompts.prompt_id.tolist() == ["g00001", "g00002", "g00003", "g00004"]
+    assert prompts.category.tolist() == [item["tag"] for item in GENEVAL] and prompts.metadata.tolist() == GENEVAL

@@ -33,7 +33,10 @@ SERVER_IDENTITIES: dict[str, Callable[[Mapping], dict]] = {}
 
 
 class RemoteReward:
-    """``score(images, prompts)`` by ``POST`` to the server of ``spec`` (one request per batch)."""
+    """``score(images, prompts)`` by ``POST`` to the server of ``spec`` (one request per batch); with
+    ``metadata`` (one JSON object per image: its prompt's, e.g. GenEval's) the request carries it."""
+
+    takes_metadata = True  # rewards.combine.RewardSet passes each batch's metadata
 
     def __init__(self, name: str, spec: RemoteSpec, key: str = "rewards"):
         self.name, self.spec = name, spec
@@ -64,10 +67,13 @@ class RemoteReward:
         self._checked = True
         return identity
 
-    def score(self, images: Sequence, prompts: Sequence[str]) -> tuple[np.ndarray, list[dict]]:
+    def score(self, images: Sequence, prompts: Sequence[str],
+              metadata: Sequence[dict] | None = None) -> tuple[np.ndarray, list[dict]]:
         images, prompts = list(images), list(prompts)
         if len(images) != len(prompts):
             raise ValueError(f"got {len(images)} images but {len(prompts)} prompts")
+        if metadata is not None and len(metadata) != len(images):
+            raise ValueError(f"got {len(images)} images but {len(metadata)} metadata objects")
         if not images:
             return np.zeros(0), []
         if not self._checked:
@@ -75,7 +81,7 @@ class RemoteReward:
         self._requests += 1
         batch = f"request {self._requests} of this job: {len(images)} images, first prompt {prompts[0]!r}"
         reply = self.endpoint.call("POST", self.protocol.score_path,
-                                   self.protocol.payload(images, prompts, batch), what=f" ({batch})")
+                                   self.protocol.payload(images, prompts, batch, metadata), what=f" ({batch})")
         try:
             scores, details = self.protocol.parse(reply, len(images), self.spec.reward)
         except ValueError as exc:

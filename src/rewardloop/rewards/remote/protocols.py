@@ -4,7 +4,10 @@ Flow-Factory (X-GenGroup/Flow-Factory, ``src/flow_factory/rewards/my_reward_remo
 posts ``{"prompt": [...], "image": [base64 PNG, ...], "video": null, "condition_images": null,
 "condition_videos": null, "kwargs": null}`` to ``POST /compute`` and reads ``{"rewards": [...]}``
 (a truthy ``"error"`` is a failure); ``GET /health`` answers 200. We send exactly what its client
-sends, so a server written for Flow-Factory works unchanged. Its health says nothing about the
+sends, so a server written for Flow-Factory works unchanged. Its client sends a reward's other inputs
+(the sample fields beyond prompt and media) in ``kwargs``, field name to one value per sample; so
+per-image metadata (GenEval's) goes as ``"kwargs": {"metadata": [{...}, ...]}``, and ``kwargs`` stays
+null without it. Its health says nothing about the
 reward or weights, so such a server's identity is its URL and health reply.
 
 flow_grpo's reward-server exchanges pickles; unpickling a server's reply runs whatever code it
@@ -15,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from rewardloop.rewards.remote.wire import HEALTH_PATH, PROTOCOL, SCORE_PATH, check_scores, encode_image, \
+from rewardloop.rewards.remote.wire import HEALTH_PATH, ITEMS, PROTOCOL, SCORE_PATH, check_scores, encode_image, \
     parse_score_reply
 
 
@@ -24,9 +27,13 @@ class RewardloopProtocol:
     health_path, score_path = HEALTH_PATH, SCORE_PATH
 
     @staticmethod
-    def payload(images: Sequence, prompts: Sequence[str], batch: str) -> dict:
+    def payload(images: Sequence, prompts: Sequence[str], batch: str, metadata: Sequence[dict] | None = None) -> dict:
+        """``metadata``: one JSON object per image, sent as ``metadata.items`` (wire: none without it)."""
+        request_metadata = {"batch": batch}
+        if metadata is not None:
+            request_metadata[ITEMS] = list(metadata)
         return {"protocol": PROTOCOL, "images": [encode_image(image) for image in images],
-                "prompts": list(prompts), "metadata": {"batch": batch}}
+                "prompts": list(prompts), "metadata": request_metadata}
 
     @staticmethod
     def parse(reply: Any, expected: int, reward: str | None) -> tuple[list[float], list[dict]]:
@@ -50,9 +57,10 @@ class FlowFactoryProtocol:
     health_path, score_path = "/health", "/compute"
 
     @staticmethod
-    def payload(images: Sequence, prompts: Sequence[str], batch: str) -> dict:
+    def payload(images: Sequence, prompts: Sequence[str], batch: str, metadata: Sequence[dict] | None = None) -> dict:
         return {"prompt": list(prompts), "image": [encode_image(image) for image in images], "video": None,
-                "condition_images": None, "condition_videos": None, "kwargs": None}
+                "condition_images": None, "condition_videos": None,
+                "kwargs": None if metadata is None else {"metadata": list(metadata)}}
 
     @staticmethod
     def parse(reply: Any, expected: int, reward: str | None) -> tuple[list[float], list[dict]]:

@@ -5,12 +5,20 @@ Request (JSON)::
     {"protocol": "rewardloop/1",
      "images": ["<base64 PNG or JPEG>", ...],
      "prompts": ["a red circle on a blue background", ...],      one per image
-     "metadata": {"batch": "..."}}                               optional, any JSON object (logged, not scored)
+     "metadata": {"batch": "...",                                optional, any JSON object (logged, not scored)
+                  "items": [{...}, ...]}}                         optional, one JSON object per image
 
 Reply 200::
 
     {"protocol": "rewardloop/1", "reward": "color_match",
      "scores": [1.93, ...], "details": [{"purity": 0.97, ...}, ...]}
+
+``metadata.items`` (an addition to ``rewardloop/1`` that keeps its name: a server that does not read it
+ignores it, as it ignores the rest of ``metadata``; a request without it is as before) is each image's prompt metadata, in image order:
+GenEval's ``evaluation_metadata.jsonl`` object (``tag``, ``include``, ``exclude``, ``prompt``) for a
+GenEval server. A client sends it only when the prompts have metadata (``rewardloop benchmark`` with a
+``geneval`` set); without it there is no ``items`` key. A server given it checks its shape (a list of
+one JSON object per image; 400 otherwise); ``serve-reward``'s registered rewards do not read it.
 
 Any other status carries ``{"protocol": "rewardloop/1", "error": {"code": ..., "message": ...}}``; the
 message names the field (``images[3]``, ``prompts``) and what was expected. A request is bounded by
@@ -32,6 +40,7 @@ PROTOCOL = "rewardloop/1"
 SCORE_PATH = "/score"
 HEALTH_PATH = "/health"
 REQUEST_FIELDS = ("protocol", "images", "prompts", "metadata")
+ITEMS = "items"  # metadata.items: one JSON object per image (each prompt's metadata), optional
 MAGIC = {b"\x89PNG\r\n\x1a\n": "PNG", b"\xff\xd8\xff": "JPEG"}
 
 
@@ -128,6 +137,12 @@ def parse_score_request(body: bytes, limits: Limits) -> tuple[list, list[str], d
     metadata = request.get("metadata") or {}
     if not isinstance(metadata, dict):
         raise RequestError(400, "bad_request", f"metadata: expected a JSON object, got {type(metadata).__name__}")
+    items = metadata.get(ITEMS)
+    if items is not None and (not isinstance(items, list) or len(items) != len(images)
+                              or not all(isinstance(item, dict) for item in items)):
+        got = f"{len(items)} items" if isinstance(items, list) else type(items).__name__
+        raise RequestError(400, "bad_request", f"metadata.{ITEMS}: expected a list of {len(images)} JSON objects "
+                                               f"(one per image), got {got}")
     decoded = [decode_image(text, f"images[{k}]", limits) for k, text in enumerate(images)]
     return decoded, prompts, metadata
 
