@@ -109,7 +109,7 @@ rule benchmark_table:
             labels={"file": layout.BENCHMARK_REPORT},
         ),
     params:
-        results=RESULTS,
+        results=lambda wildcards: RESULTS,  # a folder, not a file prefix (as --lint would read a plain string)
     log:
         RUN.log(layout.REPORT, "benchmark_table"),
     benchmark:
