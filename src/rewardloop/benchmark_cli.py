@@ -180,7 +180,7 @@ def add_parser(commands) -> None:
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     cmd.add_argument("results", nargs="?", default="results", help="a run's results folder (default: %(default)s)")
     cmd.add_argument("--benchmark", action="append", required=True, metavar="NAME=FILE:FORMAT",
-                     help="a prompt set (repeatable); FORMAT: drawbench, pickapic, ocr or text")
+                     help="a prompt set (repeatable); FORMAT: drawbench, pickapic, ocr, text or geneval")
     cmd.add_argument("--metric", action="append", required=True, metavar="NAME",
                      help="a registered reward scored on every image (repeatable)")
     cmd.add_argument("--reward-option", action="append", metavar="NAME.KEY=VALUE",
