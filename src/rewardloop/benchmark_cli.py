@@ -155,19 +155,26 @@ def run_benchmarks(results, benchmarks, metrics, checkpoints: str = "base,last",
             raise ValueError(f"--benchmark {name} ({benchmarks[name][0]}): {exc}") from exc
     expected = benchmark.settings(cfg, metrics, images_per_prompt, seed)
     run, written = layout.RunLayout(results), []
+    reward_set = None  # the metrics' models, loaded at the first table to write and kept for the others
     for folder, iteration in models.items():
         lora_dir = None if iteration == layout.BASE_ITERATION else f"{run.iteration(iteration)}/{layout.CHECKPOINT_DIR}"
+        pipe = None  # this checkpoint's model (the last one's freed), loaded once for its prompt sets if one is to be written
         for name, prompts in sets.items():
             out = Path(run.folder(folder)) / layout.benchmark_name(name)
             digest = prompts_digest(prompts)
             if is_finished(out, expected, digest, force):
                 print(f"{out}: kept (finished with these settings)", flush=True)
                 continue
-            benchmark.run(cfg, prompts, None if iteration == layout.BASE_ITERATION else iteration, lora_dir, out,
+            if pipe is None:
+                pipe = benchmark.load_model(cfg, lora_dir, device=device or cfg["device"], threads=threads)
+            if reward_set is None:
+                from rewardloop.rewards.combine import RewardSet
+
+                reward_set = RewardSet(metrics)
+            benchmark.run(cfg, pipe, prompts, None if iteration == layout.BASE_ITERATION else iteration, lora_dir, out,
                           metrics, images_per_prompt, seed, digest,
                           batch_size=batch_size or cfg["generate"]["batch_size"], score_batch_size=score_batch_size,
-                          device=device or cfg["device"], threads=threads, progress=progress,
-                          desc=f"{name} on {folder}")
+                          progress=progress, desc=f"{name} on {folder}", reward_set=reward_set)
             print(f"{out}: written ({len(prompts) * images_per_prompt} images)", flush=True)
             written.append(out)
     return written

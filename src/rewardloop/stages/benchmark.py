@@ -31,19 +31,25 @@ def settings(cfg, metrics: dict, images_per_prompt: int, seed: int) -> dict:
             "images_per_prompt": images_per_prompt, "seed": seed}
 
 
-def run(cfg, prompts, iteration, lora_dir, out_path, metrics: dict, images_per_prompt: int, seed: int,
-        prompts_digest: str, batch_size: int, score_batch_size: int, device: str = "cpu", threads: int = 1,
-        progress: bool = True, desc: str = "benchmark"):
+def load_model(cfg, lora_dir, device: str = "cpu", threads: int = 1):
+    """The run's model with ``lora_dir`` (None: the base), loaded once for every prompt set run on it."""
+    from rewardloop.models import loading as models
+
+    return models.load_pipeline(cfg["model"], lora_dir=lora_dir, device=torch_setup(threads, device),
+                                dtype=models.torch_dtype(cfg["generate"]["precision"]))
+
+
+def run(cfg, pipe, prompts, iteration, lora_dir, out_path, metrics: dict, images_per_prompt: int, seed: int,
+        prompts_digest: str, batch_size: int, score_batch_size: int, progress: bool = True, desc: str = "benchmark",
+        reward_set=None):
     """Sample ``images_per_prompt`` images per row of ``prompts`` (prompt_id, prompt, category, and metadata for
-    a set that has it: each image's goes with it to the metrics that take it) from the base
-    model with ``lora_dir`` (None: the base), score them with ``metrics`` (a rewards mapping) and write
-    ``out_path``: one row per image, the sample keys, category, ``reward_<metric>`` and reward_details."""
+    a set that has it: each image's goes with it to the metrics that take it) with ``pipe`` (load_model's: the
+    base model with ``lora_dir``, None for the base), score them with ``metrics`` (a rewards mapping; its
+    RewardSet ``reward_set`` when already built) and write ``out_path``: one row per image, the sample keys,
+    category, ``reward_<metric>`` and reward_details."""
     from rewardloop.models import loading as models
     from rewardloop.models.families import get_family
 
-    torch_device = torch_setup(threads, device)
-    pipe = models.load_pipeline(cfg["model"], lora_dir=lora_dir, device=torch_device,
-                                dtype=models.torch_dtype(cfg["generate"]["precision"]))
     seeds = [[sample_seed(seed, BENCHMARK_STREAM, i, k) for k in range(images_per_prompt)]
              for i in range(len(prompts))]
     sampler = sampler_settings(cfg["generate"], steps=cfg["eval"]["steps"], eta=0.0,
@@ -54,7 +60,8 @@ def run(cfg, prompts, iteration, lora_dir, out_path, metrics: dict, images_per_p
     metadata = None  # each image's prompt metadata (geneval), sent with it to a remote metric's server
     if "metadata" in prompts.columns:
         metadata = rows.prompt_id.map(dict(zip(prompts.prompt_id, prompts.metadata))).tolist()
-    scores = score_frame(rows, metrics, score_batch_size, desc, progress, decode_samples(rows, desc), metadata)
+    scores = score_frame(rows, metrics, score_batch_size, desc, progress, decode_samples(rows, desc), metadata,
+                         reward_set)
     scores = scores.drop(columns=["reward"])  # the weighted sum of the metrics: no benchmark's number
     scores.insert(3, "category", scores.prompt_id.map(dict(zip(prompts.prompt_id, prompts.category))))
     meta = provenance(settings(cfg, metrics, images_per_prompt, seed), iteration,

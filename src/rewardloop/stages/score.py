@@ -16,16 +16,17 @@ def decode_samples(samples: pd.DataFrame, where: str) -> list:
 
 
 def score_frame(samples: pd.DataFrame, rewards_cfg, batch_size: int, where: str, progress=True,
-                images=None, metadata=None) -> pd.DataFrame:
+                images=None, metadata=None, reward_set=None) -> pd.DataFrame:
     """The sample keys plus ``reward``, ``reward_<name>`` and ``reward_details`` columns.
 
     ``images``: the samples already decoded (scoring them with several reward sets decodes once).
     ``metadata``: one JSON object per sample (its prompt's, e.g. GenEval's), for the rewards that take it.
+    ``reward_set``: ``rewards_cfg``'s RewardSet already built (scoring several tables loads its models once).
     """
     from rewardloop.rewards.combine import RewardSet
 
     images = decode_samples(samples, where) if images is None else images
-    reward_set = RewardSet(rewards_cfg)
+    reward_set = reward_set or RewardSet(rewards_cfg)
     scores = reward_set.score(images, samples.prompt.tolist(), batch_size=batch_size, metadata=metadata)
     return pd.concat([samples[SAMPLE_KEYS].reset_index(drop=True), scores.reset_index(drop=True)], axis=1)
 
