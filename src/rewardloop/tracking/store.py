@@ -46,6 +46,20 @@ def sqlite_path(uri: str) -> Path | None:
     return None
 
 
+def absolute_sqlite(uri: str) -> str:
+    """``uri`` with a relative SQLite file made absolute against the working directory, for this
+    process's client only (the run records the relative URI, so a moved folder still finds its store).
+
+    MLflow caches a store, and its engine's open connections, by URI string: a second relative
+    ``sqlite:///results/mlflow.db`` opened from another folder in the same process would reach the
+    first folder's database ("Run ... not found")."""
+    db = sqlite_path(uri)
+    if db is None or db.is_absolute() or db.name in ("", ":memory:"):
+        return uri
+    query = uri.partition("?")[2]
+    return f"sqlite:///{db.resolve()}" + (f"?{query}" if query else "")
+
+
 def check_sqlite(db: Path, timeout: float = 2.0) -> None:
     """Open ``db`` for writing (created when missing) and take and release a write lock, in
     milliseconds: "unable to open database file" or "readonly database" here is not retried (MLflow's
@@ -84,6 +98,7 @@ def client(uri: str, first_contact: bool = False):
     use_job_defaults()
     from mlflow.tracking import MlflowClient
 
+    uri = absolute_sqlite(uri)
     db = sqlite_path(uri)
     if db is not None:
         db.parent.mkdir(parents=True, exist_ok=True)
