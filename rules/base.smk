@@ -1,4 +1,5 @@
-# The base model's held-out eval and its image grid: model(-1), what every iteration is compared with.
+# The base model's held-out eval, with its images' health and grid: model(-1), what every iteration is
+# compared with.
 # A fan-out (rules/experiments.smk) makes them once, in results/base/; each of its runs copies them in.
 
 if SHARED_RESULTS:
@@ -10,10 +11,12 @@ if SHARED_RESULTS:
             table=f"{SHARED_RUN.base}/{layout.EVAL_TABLE}",
             metrics=metrics_file("eval", SHARED_RUN.base),
             eval_grid=f"{SHARED_RUN.base}/{layout.EVAL_GRID}",
+            health=f"{SHARED_RUN.base}/{layout.HEALTH}",
         output:
             table=f"{BASE_DIR}/{layout.EVAL_TABLE}",
             metrics=metrics_file("eval", BASE_DIR),
             eval_grid=f"{BASE_DIR}/{layout.EVAL_GRID}",
+            health=f"{BASE_DIR}/{layout.HEALTH}",
         log:
             RUN.log(layout.BASE, "share_base"),
         benchmark:
@@ -58,10 +61,18 @@ else:
         output:
             table=f"{BASE_DIR}/{layout.EVAL_TABLE}",
             metrics=metrics_file("eval", BASE_DIR),
+            health=f"{BASE_DIR}/{layout.HEALTH}",
+            eval_grid=report(
+                f"{BASE_DIR}/{layout.EVAL_GRID}",
+                caption="../report/eval_grid.rst",
+                category="base model",
+                labels={"iteration": layout.BASE, "images": "eval"},
+            ),
         params:
             cfg=EVAL_CFG,
             iteration=None,
             lora_dir=None,
+            label="base model",
         log:
             RUN.log(layout.BASE, "eval"),
         benchmark:
@@ -100,32 +111,3 @@ else:
             script:
                 "../scripts/evaluate.py"
 
-
-# A fan-out's runs copy the fan-out's base grid in (rule share_base).
-if not SHARED_RESULTS:
-
-    rule grid_base:
-        localrule: True
-        input:
-            eval=f"{BASE_DIR}/{layout.EVAL_TABLE}",
-        output:
-            eval_grid=report(
-                f"{BASE_DIR}/{layout.EVAL_GRID}",
-                caption="../report/eval_grid.rst",
-                category="base model",
-                labels={"iteration": layout.BASE, "images": "eval"},
-            ),
-        params:
-            label="base model",
-        log:
-            RUN.log(layout.BASE, "grids"),
-        benchmark:
-            RUN.benchmark(layout.BASE, "grids")
-        threads: 1
-        resources:
-            mem_mb=2000,
-            runtime=10,
-        conda:
-            "../envs/rewardloop.yaml"
-        script:
-            "../scripts/grids.py"

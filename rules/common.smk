@@ -355,8 +355,6 @@ def monitor_targets():
     if GUARD["enabled"]:
         targets += [f"{RUN.folder(folder)}/{layout.GUARD_VERDICT}" for folder in folders[1:]]
     targets.append(RUN.report("health.png"))
-    if config["tracking"]["enabled"]:
-        targets += [f"{RUN.folder(folder)}/{layout.MONITORS_TRACKING_MARKER}" for folder in folders]
     if config["export"]["best"]:
         targets.append(RUN.best_file)
     return targets
@@ -369,14 +367,3 @@ def previous_guard_input(wildcards):
     it = int(wildcards.it)
     return [ancient(f"{iter_dir(it - 1)}/{layout.GUARD_VERDICT}")] if GUARD["enabled"] and it > 0 else []
 
-
-@job_function
-def monitors_tracking_inputs(wildcards):
-    folder = RUN.folder(wildcards.folder)
-    inputs = {"run": TRACKING_RUN, "health": f"{folder}/{layout.HEALTH}",
-              "gold": list(gold_files(wildcards.folder).values()),
-              # after the folder's own tracking job, which creates the iteration's child run
-              "marker": f"{folder}/{layout.TRACKING_MARKER}"}
-    if wildcards.folder != layout.BASE and GUARD["enabled"]:
-        inputs["verdict"] = f"{folder}/{layout.GUARD_VERDICT}"
-    return inputs

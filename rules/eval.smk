@@ -1,18 +1,38 @@
 # Held-out evaluation of every exported iteration (the base model's is in rules/base.smk). Nothing on
-# the training path depends on it, so the next iteration never waits for it.
+# the training path depends on it, so the next iteration never waits for it. The same job then says what
+# the folder's images look like, for the guard and the report: their health statistics (health.parquet,
+# rollouts and eval images) and the image grids; cheap, they ride along rather than cost a job each.
 
 rule eval:
     input:
         model=BASE_MODEL_INPUT,
         prompts=config["prompts"]["eval"],
         lora=f"{ITER}/{layout.CHECKPOINT_DIR}/{CHECKPOINT_FILE}",
+        samples=f"{ITER}/{layout.SAMPLES}",  # the rollouts: their health and grid are written here too
+        scores=f"{ITER}/{layout.SCORES}",
     output:
         table=f"{ITER}/{layout.EVAL_TABLE}",
         metrics=metrics_file("eval"),
+        health=f"{ITER}/{layout.HEALTH}",
+        grid=report(
+            f"{ITER}/{layout.GRID}",
+            caption="../report/grid.rst",
+            category="iteration {it}",
+            subcategory="images",
+            labels={"iteration": "{it}", "images": "rollouts"},
+        ),
+        eval_grid=report(
+            f"{ITER}/{layout.EVAL_GRID}",
+            caption="../report/eval_grid.rst",
+            category="iteration {it}",
+            subcategory="images",
+            labels={"iteration": "{it}", "images": "eval"},
+        ),
     params:
         cfg=EVAL_CFG,
         iteration=iteration_of,
         lora_dir=checkpoint_dir_of,
+        label=iteration_label,
     log:
         RUN.log(ITER_NAME, "eval"),
     benchmark:

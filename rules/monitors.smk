@@ -1,6 +1,7 @@
-# Watching for reward hacking (docs/monitors.md): gold rewards rescore the archived images, image-health
-# statistics of every folder's images, the guard that compares each iteration with the base model,
-# the report's health figure, the MLflow logging of all of it, and (export.best) the results/best link.
+# Watching for reward hacking (docs/monitors.md): gold rewards rescore the archived images, the guard
+# that compares each iteration with the base model, the report's health figure, and (export.best) the
+# results/best link. Each folder's image-health statistics are written by its eval job (rules/eval.smk,
+# rules/base.smk), and its monitors are logged to MLflow by its tracking job (rules/tracking.smk).
 # None of them is an input of a stage, except guard.json of iteration it-1 for train(it), and that
 # one as ancient(): a guard rerun (a gold reward added, a threshold changed) never reruns training.
 
@@ -86,28 +87,6 @@ else:
             "../scripts/gather_rescore.py"
 
 
-rule health:
-    localrule: True
-    input:
-        unpack(folder_images),
-    output:
-        health=f"{FOLDER}/{layout.HEALTH}",
-    params:
-        iteration=folder_iteration,
-    log:
-        RUN.log("{folder}", "health"),
-    benchmark:
-        RUN.benchmark("{folder}", "health")
-    threads: 1
-    resources:
-        mem_mb=2000,
-        runtime=10,
-    conda:
-        "../envs/rewardloop.yaml"
-    script:
-        "../scripts/health.py"
-
-
 rule guard:
     localrule: True
     input:
@@ -166,28 +145,6 @@ rule plot_health:
         "../envs/rewardloop.yaml"
     script:
         "../scripts/plot_health.py"
-
-
-rule track_monitors:
-    localrule: True
-    input:
-        unpack(monitors_tracking_inputs),
-    output:
-        marker=f"{FOLDER}/{layout.MONITORS_TRACKING_MARKER}",
-    params:
-        iteration=folder_iteration,
-    log:
-        RUN.log("{folder}", "monitors_tracking"),
-    benchmark:
-        RUN.benchmark("{folder}", "monitors_tracking")
-    threads: 1
-    resources:
-        mem_mb=2000,
-        runtime=10,
-    conda:
-        "../envs/rewardloop.yaml"
-    script:
-        "../scripts/track_monitors.py"
 
 
 rule best:

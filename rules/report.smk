@@ -1,43 +1,6 @@
-# Figures and files for `snakemake --report report.html`: reward/training curves, image grids per
-# iteration, the validated config, and the benchmark table once `rewardloop benchmark` ran. Cheap, so they
-# run on the submitting host.
-
-
-rule grids:
-    localrule: True
-    input:
-        samples=f"{ITER}/{layout.SAMPLES}",
-        scores=f"{ITER}/{layout.SCORES}",
-        eval=f"{ITER}/{layout.EVAL_TABLE}",
-    output:
-        grid=report(
-            f"{ITER}/{layout.GRID}",
-            caption="../report/grid.rst",
-            category="iteration {it}",
-            subcategory="images",
-            labels={"iteration": "{it}", "images": "rollouts"},
-        ),
-        eval_grid=report(
-            f"{ITER}/{layout.EVAL_GRID}",
-            caption="../report/eval_grid.rst",
-            category="iteration {it}",
-            subcategory="images",
-            labels={"iteration": "{it}", "images": "eval"},
-        ),
-    params:
-        label=iteration_label,
-    log:
-        RUN.log(ITER_NAME, "grids"),
-    benchmark:
-        RUN.benchmark(ITER_NAME, "grids")
-    threads: 1
-    resources:
-        mem_mb=2000,
-        runtime=10,
-    conda:
-        "../envs/rewardloop.yaml"
-    script:
-        "../scripts/grids.py"
+# Figures and files for `snakemake --report report.html`: reward/training curves, the validated config,
+# and the benchmark table once `rewardloop benchmark` ran (the image grids are the eval jobs' outputs,
+# rules/eval.smk). Cheap, so they run on the submitting host.
 
 
 rule plot_curves:

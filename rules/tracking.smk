@@ -1,5 +1,7 @@
 # MLflow tracking (tracking.enabled): one parent run per results folder, one child run per iteration.
-# The stages know nothing of it; these local rules log what the stages wrote. A tracking failure never
+# The stages know nothing of it; these local rules log what the stages and the monitors wrote, one job
+# per folder (a guard rerun, a gold reward added, reruns it: MLflow keeps one copy of a value logged
+# twice with the same step and timestamp, a timestamp being its file's mtime). A tracking failure never
 # fails a job: it ends up as status "failed" in the marker (run.json / tracking.json); without a parent
 # run the later jobs write "skipped"; the Snakefile's onsuccess/onerror print one line naming the marker.
 # The tracking URI: $MLFLOW_TRACKING_URI, else sqlite:///results/mlflow.db. `envvars:` makes Snakemake
@@ -50,6 +52,9 @@ rule track_iteration:
         eval=f"{ITER}/{layout.EVAL_TABLE}",
         grid=f"{ITER}/{layout.GRID}",
         eval_grid=f"{ITER}/{layout.EVAL_GRID}",
+        health=f"{ITER}/{layout.HEALTH}",
+        gold=list(gold_files(ITER_NAME).values()),
+        verdict=f"{ITER}/{layout.GUARD_VERDICT}" if GUARD["enabled"] else [],
     output:
         marker=f"{ITER}/{layout.TRACKING_MARKER}",
     params:
@@ -78,6 +83,8 @@ rule track_base:
         guidance_metrics=[metrics_file(name, BASE_DIR) for name in GUIDANCE_EVAL_CFG],
         eval=f"{BASE_DIR}/{layout.EVAL_TABLE}",
         grid=f"{BASE_DIR}/{layout.EVAL_GRID}",
+        health=f"{BASE_DIR}/{layout.HEALTH}",
+        gold=list(gold_files(layout.BASE).values()),
     output:
         marker=f"{BASE_DIR}/{layout.TRACKING_MARKER}",
     params:

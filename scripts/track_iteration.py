@@ -1,4 +1,4 @@
-"""Snakemake entry point of rule track_iteration: log one iteration into its MLflow child run."""
+"""Snakemake entry point of rule track_iteration: log one iteration and its monitors into its MLflow child run."""
 from rewardloop.runtime.snakemake_job import job
 
 with job(snakemake):  # noqa: F821
@@ -13,4 +13,6 @@ with job(snakemake):  # noqa: F821
         snakemake.params.benchmarks,
         snakemake.params.steps_per_iteration,
         snakemake.output.marker,
+        monitors=tracking.Monitors(snakemake.input.health, tuple(snakemake.input.gold),
+                                   snakemake.input.get("verdict") or None),
     )

@@ -130,7 +130,6 @@ HEALTH = "health.parquet"
 GUARD_VERDICT = "guard.json"  # the guard job's output
 GUARD_STOPPED = "guard_stopped.json"  # the verdict of a guard that stopped the run (its job failed: no guard.json)
 TRACKING_MARKER = "tracking.json"  # the folder's MLflow tracking job's marker
-MONITORS_TRACKING_MARKER = "monitors_tracking.json"
 PREFLIGHT_FIGURES = "preflight_figures.json"  # iteration 0 only
 PREFLIGHT_REPORT = "preflight.json"
 REPORT = "report"  # the run's report/ folder (and its jobs' logs/report/, benchmarks/report/)

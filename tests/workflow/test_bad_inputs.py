@@ -332,7 +332,7 @@ def test_fewer_iterations_than_results_hold_is_refused(run):
 def test_concurrent_run_in_the_same_results_folder_is_refused(run):
     """A second snakemake in the folder of a running one (stopped while it holds the lock) refuses to start;
     the first then finishes as if alone."""
-    (run / "results/iter_001/grid.png").unlink()  # work for both runs: the grids job
+    (run / "results/iter_001/grid.png").unlink()  # work for both runs: the eval job that writes the grids
     cmd = [SNAKEMAKE, "-s", str(ROOT / "Snakefile"), "--directory", str(run), "--configfile", str(run / "test.yaml"),
            "--cores", "1"]
     first = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)

@@ -23,9 +23,9 @@ pytestmark = pytest.mark.workflow
 
 REWARDLOOP = str(Path(sys.executable).with_name("rewardloop"))
 GOLD = {"jpeg_compressibility": 1.0, "ocr": {"weight": 1.0}}
-# What adding gold rewards may run: the rescoring, what reads it (guard, report figure, MLflow, best),
-# and report_config (its params are the whole config).
-MONITOR_RULES = {"rescore", "guard", "plot_health", "track_monitors", "report_config", "all"}
+# What adding gold rewards may run: the rescoring, what reads it (guard, report figure, MLflow's tracking
+# jobs, best), and report_config (its params are the whole config).
+MONITOR_RULES = {"rescore", "guard", "plot_health", "track_base", "track_iteration", "report_config", "all"}
 FOLDERS = ("base", "iter_000", "iter_001")
 # What rescoring writes or rewrites; every other file of the run must stay byte for byte and mtime as it was.
 REWRITTEN = ("results/.rewardloop.lock", "results/logs", "results/benchmarks", "results/report", "results/mlflow.db", "results/mlartifacts",
@@ -48,7 +48,7 @@ def finished(tmp_path_factory, tiny_model):
 
 def unchanged_files(work: Path) -> dict:
     return {path: digest for path, digest in file_digests(work, skip=REWRITTEN).items()
-            if "/rescore/" not in path and not path.endswith(("guard.json", "monitors_tracking.json"))}
+            if "/rescore/" not in path and not path.endswith(("guard.json", "tracking.json"))}
 
 
 def eval_jpeg_scores(folder: Path) -> dict[str, float]:
@@ -95,6 +95,14 @@ def test_gold_rewards_added_to_a_finished_run_rescore_it_and_run_nothing_of_the_
     assert sorted(logged) == [-1, 0, 1]
     assert logged[0] == pytest.approx(json.loads(
         (work / "results/iter_000/rescore/jpeg_compressibility.json").read_text())["gold/jpeg_compressibility/mean"])
+    # the tracking job logged the iteration's values again: MLflow kept one copy of each (same step and timestamp)
+    from mlflow.tracking import MlflowClient
+
+    marker = json.loads((work / "results/iter_001/tracking.json").read_text())
+    client = MlflowClient(tracking_uri=f"sqlite:///{work}/results/mlflow.db")
+    assert marker["status"] == "ok" and "gold/jpeg_compressibility/mean" in marker["monitors"]["metrics"]
+    for key in marker["metrics"][:5]:
+        assert len(client.get_metric_history(marker["run_id"], key)) == 1, key
     verdict = json.loads((work / "results/iter_001/guard.json").read_text())
     assert verdict["status"] in ("ok", "breach")  # the guard read the gold rewards (its inputs): ran again
     assert planned_jobs(snakemake(work, "-n", overlays=(gold,))) == {}

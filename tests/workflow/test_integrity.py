@@ -55,9 +55,9 @@ def iteration(*rules: str) -> Counter:
     return Counter({(rule, "it=000"): 1 for rule in rules})
 
 
-def watched(*folders: str) -> Counter:
-    """The monitors of an eval redone in ``folders``: their image health, and iteration 0's guard."""
-    return Counter({("health", f"folder={folder}"): 1 for folder in folders}) + iteration("guard")
+def watched() -> Counter:
+    """The monitors of an eval redone (its job rewrites its folder's image health): iteration 0's guard."""
+    return iteration("guard")
 
 
 @pytest.fixture
@@ -88,16 +88,16 @@ def test_the_finished_run_plans_nothing_and_records_what_it_read(finished):
 def test_rewritten_model_weights_rerun_every_job_that_reads_the_model(finished, rewritten):
     rewritten(Path(config(finished)["model"]["path"]) / UNET)
     planned = dry_run(finished)
-    assert planned == iteration("generate", "score", "pairs", "train", "export", "eval", "grids") + Counter(
-        {("eval_base", ""): 1, ("grid_base", ""): 1}) + watched("base", "iter_000") + REPORT + PREFLIGHT
+    assert planned == iteration("generate", "score", "pairs", "train", "export", "eval") + Counter(
+        {("eval_base", ""): 1}) + watched() + REPORT + PREFLIGHT
 
 
 def test_rewritten_reward_weights_rerun_scoring_and_what_follows_not_the_rollouts(finished, rewritten):
     model_path = Path(config(finished)["rewards"]["pickscore"]["model_path"])
     rewritten(next(model_path.glob("*.safetensors")))
     planned = dry_run(finished)
-    assert planned == iteration("score", "pairs", "train", "export", "eval", "grids") + Counter(
-        {("eval_base", ""): 1, ("grid_base", ""): 1}) + watched("base", "iter_000") + REPORT + PREFLIGHT
+    assert planned == iteration("score", "pairs", "train", "export", "eval") + Counter(
+        {("eval_base", ""): 1}) + watched() + REPORT + PREFLIGHT
     assert ("generate", "it=000") not in planned
 
 
@@ -160,18 +160,18 @@ def test_what_only_the_rollouts_read_leaves_the_base_eval(finished, tmp_path):
     planned = dry_run(finished, {"generate": {"steps": 3, "images_per_prompt": 3, "eta": 0.5},
                                  "prompts": {"train": str(prompts)}})
     assert ("generate", "it=000") in planned
-    assert ("eval_base", "") not in planned and ("grid_base", "") not in planned
+    assert ("eval_base", "") not in planned
 
 
 @pytest.mark.parametrize("name, redone", [
-    ("latents.safetensors", ("generate", "score", "pairs", "train", "export", "eval", "grids")),
-    ("metrics/eval.json", ("eval", "grids"))], ids=["latents", "eval-metrics"])
+    ("latents.safetensors", ("generate", "score", "pairs", "train", "export", "eval")),
+    ("metrics/eval.json", ("eval",))], ids=["latents", "eval-metrics"])
 def test_deleting_a_stage_file_redoes_the_stage_and_what_follows(finished, tmp_path, name, redone):
     """Not only the tables: a file no later job reads (an eval's metrics) or that only finished jobs read
     (the latents) is a target too."""
     run = copy_run(finished, tmp_path / "copy")
     (run / "results/iter_000" / name).unlink()
-    assert dry_run(run) == iteration(*redone) + watched("iter_000") + REPORT + (
+    assert dry_run(run) == iteration(*redone) + watched() + REPORT + (
         PREFLIGHT if "pairs" in redone else Counter())
 
 

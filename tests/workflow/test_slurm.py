@@ -27,8 +27,8 @@ pytestmark = pytest.mark.workflow
 needs_cluster = pytest.mark.skipif(os.environ.get("REWARDLOOP_SLURM") != "1",
                                    reason="needs the SLURM cluster of tests/slurm_ci.sh")
 
-# SLURM jobs of a one-iteration run with 2 rollout and 2 scoring shards; the gathers, pairs, export,
-# grids and report run on the submitting host.
+# SLURM jobs of a one-iteration run with 2 rollout and 2 scoring shards (eval writes the grids and health);
+# the gathers, pairs, export, guard, report and tracking run on the submitting host.
 REMOTE_JOBS = ["eval", "eval_base", "generate_shard", "generate_shard", "preflight", "score_shard", "score_shard",
                "train"]
 PROFILE = yaml.safe_load((ROOT / "profiles/slurm/config.yaml").read_text())

@@ -113,7 +113,7 @@ def test_extend_iterations_runs_only_new_jobs(workdir, tmp_path):
     before = file_digests(run / "results")
     result = snakemake(run, "--config", "iterations=3")
     ran = jobs_run(result)
-    assert sorted(set(ran)) == ["all", "eval", "export", "generate", "grids", "guard", "health", "pairs",
+    assert sorted(set(ran)) == ["all", "eval", "export", "generate", "guard", "pairs",
                                 "plot_curves", "plot_health", "report_config", "score", "train"]
     assert ran.count("train") == 1
     assert (run / "results/iter_002/eval.parquet").is_file()
@@ -132,8 +132,7 @@ def test_deleted_train_output_is_redone_and_nothing_else(workdir, tmp_path):
     lora.unlink()
     before = file_digests(run / "results")
     result = snakemake(run)
-    assert sorted(jobs_run(result)) == ["all", "eval", "export", "grids", "guard", "health", "plot_curves",
-                                        "plot_health", "train"]
+    assert sorted(jobs_run(result)) == ["all", "eval", "export", "guard", "plot_curves", "plot_health", "train"]
     assert lora.is_file()
     changed = changed_files(before, file_digests(run / "results"))
     # Iteration 1's rollouts, scores and pairs, and everything of iteration 0 and the base model, are
@@ -198,12 +197,8 @@ def jobs(rules: tuple[str, ...], *its: int) -> Counter:
     return Counter({(rule, f"it={it:03d}"): 1 for rule in rules for it in its})
 
 
-def health(*its: int) -> Counter:
-    return Counter({("health", f"folder=iter_{it:03d}"): 1 for it in its})
-
-
 REPORT = Counter({("plot_curves", ""): 1, ("plot_health", ""): 1, ("report_config", ""): 1, ("all", ""): 1})
-ITERATION = ("generate", "score", "pairs", "train", "export", "eval", "grids", "guard")
+ITERATION = ("generate", "score", "pairs", "train", "export", "eval", "guard")  # eval writes health and grids
 PREFLIGHT = Counter({("preflight", ""): 1, ("preflight_gate", ""): 1})  # iteration 0 only, before it trains
 
 
@@ -214,8 +209,7 @@ def test_a_dry_run_of_the_finished_run_plans_nothing(workdir, tmp_path):
 def test_changing_dpo_beta_reruns_training_and_what_follows_but_not_the_first_rollouts(workdir, tmp_path):
     planned = dry_run(workdir, tmp_path, {"train": {"dpo": {"beta": 1000}}})
     # Iteration 0: train and what depends on it; iteration 1: everything (it samples from model(0)).
-    expected = (jobs(("train", "export", "eval", "grids", "guard"), 0) + jobs(ITERATION, 1) + health(0, 1) + REPORT
-                + PREFLIGHT)
+    expected = jobs(("train", "export", "eval", "guard"), 0) + jobs(ITERATION, 1) + REPORT + PREFLIGHT
     assert planned == expected
     assert ("generate", "it=000") not in planned and ("eval_base", "") not in planned
 
@@ -223,7 +217,7 @@ def test_changing_dpo_beta_reruns_training_and_what_follows_but_not_the_first_ro
 def test_raising_iterations_touches_no_finished_job_of_an_iteration(workdir, tmp_path):
     """Only the new iteration's jobs, and the report's curves and config, which cover every iteration."""
     planned = dry_run(workdir, tmp_path, {"iterations": 3})
-    assert planned == jobs(ITERATION, 2) + health(2) + REPORT
+    assert planned == jobs(ITERATION, 2) + REPORT
 
 
 @pytest.mark.parametrize("overlay", [{"tracking": {"enabled": True}},

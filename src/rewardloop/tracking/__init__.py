@@ -9,9 +9,9 @@
 * ``track_iteration`` (rule track_iteration): finds (by tags) or creates the child run ``iter_XXX``
   and logs the iteration's metrics (step = iteration), reward statistics from the Parquet tables,
   the training curves (step = global optimizer step) and the image grids; the per-iteration metrics
-  and the curves also go into the parent run, so that it shows one curve over all iterations.
-* ``track_base``: the base model's eval at step -1 into the parent run; ``track_monitors``: health,
-  gold rewards and the guard's verdict.
+  and the curves also go into the parent run, so that it shows one curve over all iterations; and
+  its monitors (``log_monitors``): health, gold rewards and the guard's verdict (tag ``rewardloop.guard``).
+* ``track_base`` (rule track_base): the base model's eval and monitors at step -1 into the parent run.
 
 Relocatable. The default store is ``sqlite:///results/mlflow.db``, relative to the working
 directory, and an experiment it creates keeps its artifacts at ``mlflow-artifacts:/<experiment>``,
@@ -42,7 +42,8 @@ into them), ``markers`` (each job's marker, the end-of-run line), ``jobs`` (the 
 """
 
 from rewardloop.tracking.errors import Skipped, TrackingError, retry, retry_stats, retryable, summary
-from rewardloop.tracking.jobs import log_benchmarks, log_gold, start_parent_run, track_base, track_iteration, track_monitors
+from rewardloop.tracking.jobs import (Monitors, log_benchmarks, log_gold, log_monitors, start_parent_run, track_base,
+                                      track_iteration)
 from rewardloop.tracking.markers import failure_line, markers, marking, report
 from rewardloop.tracking.points import flatten, iter_names, iteration_points, monitor_points
 from rewardloop.tracking.runs import (TAG_GUARD, TAG_ITERATION, TAG_NOTE, TAG_PARENT, TAG_ROLE, find_or_create_child,
@@ -50,9 +51,10 @@ from rewardloop.tracking.runs import (TAG_GUARD, TAG_ITERATION, TAG_NOTE, TAG_PA
 from rewardloop.tracking.store import DEFAULT_TRACKING_URI, ENV_TRACKING_URI, client, tracking_uri
 
 __all__ = [
-    "DEFAULT_TRACKING_URI", "ENV_TRACKING_URI", "Skipped", "TAG_GUARD", "TAG_ITERATION", "TAG_NOTE", "TAG_PARENT",
+    "DEFAULT_TRACKING_URI", "ENV_TRACKING_URI", "Monitors", "Skipped", "TAG_GUARD", "TAG_ITERATION", "TAG_NOTE", "TAG_PARENT",
     "TAG_ROLE", "TrackingError", "client", "failure_line", "find_or_create_child", "flatten",
-    "get_or_create_experiment", "iter_names", "iteration_grids", "iteration_points", "log_benchmarks", "log_gold", "markers",
+    "get_or_create_experiment", "iter_names", "iteration_grids", "iteration_points", "log_benchmarks", "log_gold",
+    "log_monitors", "markers",
     "marking", "monitor_points", "parent_run_name", "report", "retry", "retry_stats", "retryable",
-    "start_parent_run", "summary", "track_base", "track_iteration", "track_monitors", "tracking_uri",
+    "start_parent_run", "summary", "track_base", "track_iteration", "tracking_uri",
 ]

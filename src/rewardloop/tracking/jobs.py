@@ -1,8 +1,9 @@
-"""The tracking rules' work (rules/tracking.smk, rules/monitors.smk) and `rewardloop rescore`'s: what
+"""The tracking rules' work (rules/tracking.smk) and `rewardloop rescore`'s: what
 the stages wrote (points), logged into the runs (runs), each job's outcome in its marker (markers)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -16,6 +17,16 @@ from rewardloop.tracking.markers import marking
 from rewardloop.tracking.runs import (TAG_GUARD, EVAL_GRID, create_parent_run, extend_parent, find_or_create_child,
                                       get_or_create_experiment, log_artifacts, log_values, read_parent)
 from rewardloop.tracking.store import client, tracking_uri
+
+
+@dataclasses.dataclass(frozen=True)
+class Monitors:
+    """What the monitors wrote of one folder: its health table, gold rescore JSONs and (an iteration's,
+    with the guard on) the guard's verdict."""
+
+    health: str | None = None
+    gold: tuple[str, ...] = ()
+    verdict: str | None = None
 
 
 def start_parent_run(config: Mapping, run_json, repo: str | os.PathLike | None = None,
@@ -37,9 +48,10 @@ def start_parent_run(config: Mapping, run_json, repo: str | os.PathLike | None =
 
 def track_iteration(run_json, iteration: int, metrics_files: Mapping[str, str], tables: Mapping[str, str],
                     grids: Mapping[str, str], benchmarks: Mapping[str, str], steps_per_iteration: int | None,
-                    marker_path) -> dict:
-    """Rule track_iteration: log one iteration into its child run (and the curves into the parent);
-    ``steps_per_iteration`` as for :func:`~rewardloop.tracking.points.iteration_points` (the rule passes None)."""
+                    marker_path, monitors: Monitors | None = None) -> dict:
+    """Rule track_iteration: log one iteration into its child run (and the curves into the parent), and
+    its ``monitors`` (health, gold rewards, guard verdict) as :func:`log_monitors` does; ``steps_per_iteration``
+    as for :func:`~rewardloop.tracking.points.iteration_points` (the rule passes None)."""
     marker = {"status": "ok", "iteration": iteration}
     with marking(marker, marker_path):
         parent = read_parent(run_json)
@@ -54,6 +66,8 @@ def track_iteration(run_json, iteration: int, metrics_files: Mapping[str, str], 
         log_values(mlflow_client, run_id, metrics=points + curve, params={"iteration": str(iteration)})
         log_values(mlflow_client, parent["run_id"], metrics=points + curve)
         marker["artifacts"] = log_artifacts(mlflow_client, parent["tracking_uri"], run_id, grids)
+        if monitors is not None:
+            marker["monitors"] = log_monitors(mlflow_client, parent, iteration, monitors, run_id)
         retry(mlflow_client.set_terminated, run_id, "FINISHED", end_time=end_ms)
         extend_parent(mlflow_client, parent["run_id"], end_ms)
         marker["metrics"] = sorted({p[0] for p in points})
@@ -67,9 +81,9 @@ def track_iteration(run_json, iteration: int, metrics_files: Mapping[str, str], 
 
 
 def track_base(run_json, metrics_file, table, grid, benchmark, marker_path,
-               guidance_metrics: Mapping[str, str] | None = None) -> dict:
-    """Rule track_base: the base model's eval into the parent run at step -1, and its evals at the
-    further guidance scales of ``eval.also_at_guidance`` (``{name: metrics JSON}``)."""
+               guidance_metrics: Mapping[str, str] | None = None, monitors: Monitors | None = None) -> dict:
+    """Rule track_base: the base model's eval into the parent run at step -1, its evals at the further
+    guidance scales of ``eval.also_at_guidance`` (``{name: metrics JSON}``), and its ``monitors``."""
     marker = {"status": "ok", "iteration": layout.BASE_ITERATION}
     with marking(marker, marker_path):
         parent = read_parent(run_json)
@@ -79,44 +93,35 @@ def track_base(run_json, metrics_file, table, grid, benchmark, marker_path,
         log_values(mlflow_client, parent["run_id"], metrics=points)
         marker["artifacts"] = log_artifacts(mlflow_client, parent["tracking_uri"], parent["run_id"],
                                             {EVAL_GRID: grid}, layout.BASE)
+        if monitors is not None:
+            marker["monitors"] = log_monitors(mlflow_client, parent, layout.BASE_ITERATION, monitors)
         extend_parent(mlflow_client, parent["run_id"], values.span_ms({"eval": metrics_file, "table": table})[1])
         marker["metrics"] = sorted({p[0] for p in points})
         print(f"tracking: base eval -> parent run {parent['run_id']}: {len(points)} values", flush=True)
     return marker
 
 
-def _log_to_parent_and_child(parent: Mapping, iteration: int, points: list, child_tags: Mapping) -> None:
-    """``points`` into the parent run and the iteration's child run (none for the base model, -1); the
-    child gets ``child_tags``, the parent a guard breach as ``iteration N breach: ...``."""
-    mlflow_client = client(parent["tracking_uri"])
+def log_monitors(mlflow_client, parent: Mapping, iteration: int, monitors: Monitors, child_run_id=None) -> dict:
+    """A folder's health and gold rewards into the parent run and the iteration's child run (none for the
+    base model, -1); the guard's verdict as the child's tag ``rewardloop.guard``, a breach also on the
+    parent as ``iteration N breach: ...``. What was logged, for the job's marker."""
+    points = values.monitor_points(iteration, monitors.health, monitors.gold)
+    tags = {TAG_GUARD: guard_cell(json.loads(Path(monitors.verdict).read_text()))} if monitors.verdict else {}
     log_values(mlflow_client, parent["run_id"], metrics=points)
     if iteration >= 0:
-        log_values(mlflow_client, find_or_create_child(mlflow_client, parent, iteration), metrics=points,
-                   tags=child_tags)
-    if child_tags.get(TAG_GUARD, "ok") != "ok":
-        log_values(mlflow_client, parent["run_id"], tags={TAG_GUARD: f"iteration {iteration} {child_tags[TAG_GUARD]}"})
+        child = child_run_id or find_or_create_child(mlflow_client, parent, iteration)
+        log_values(mlflow_client, child, metrics=points, tags=tags)
+    if tags.get(TAG_GUARD, "ok") != "ok":
+        log_values(mlflow_client, parent["run_id"], tags={TAG_GUARD: f"iteration {iteration} {tags[TAG_GUARD]}"})
+    print(f"tracking: monitors of {'the base model' if iteration < 0 else f'iteration {iteration}'}: "
+          f"{len(points)} values{', guard ' + tags[TAG_GUARD] if tags else ''}", flush=True)
+    return {"metrics": sorted({p[0] for p in points}), "tags": tags}
 
 
 def log_gold(run_json, iteration: int, gold_paths: list[str]) -> None:
-    """`rewardloop rescore`: gold/<name>/... of rescore JSONs into a tracked run, as rule track_monitors logs them."""
-    points = [p for path in gold_paths for p in values.gold_points(path, iteration)]
-    _log_to_parent_and_child(read_parent(run_json), iteration, points, {})
-
-
-def track_monitors(run_json, iteration: int, health_path, gold_paths: list[str], verdict_path, marker_path) -> dict:
-    """Rule track_monitors: a folder's health and gold rewards into the parent run (and the iteration's
-    child run), the guard's verdict as tag ``rewardloop.guard`` (on the parent: the last breach)."""
-    marker = {"status": "ok", "iteration": iteration}
-    with marking(marker, marker_path):
-        parent = read_parent(run_json)
-        marker.update(tracking_uri=parent["tracking_uri"], parent_run_id=parent["run_id"])
-        points = values.monitor_points(iteration, health_path, gold_paths)
-        tags = {TAG_GUARD: guard_cell(json.loads(Path(verdict_path).read_text()))} if verdict_path else {}
-        _log_to_parent_and_child(parent, iteration, points, tags)
-        marker.update(metrics=sorted({p[0] for p in points}), tags=tags)
-        print(f"tracking: monitors of {'the base model' if iteration < 0 else f'iteration {iteration}'}: "
-              f"{len(points)} values{', guard ' + tags[TAG_GUARD] if tags else ''}", flush=True)
-    return marker
+    """`rewardloop rescore`: gold/<name>/... of rescore JSONs into a tracked run, as the tracking jobs log them."""
+    parent = read_parent(run_json)
+    log_monitors(client(parent["tracking_uri"]), parent, iteration, Monitors(gold=tuple(gold_paths)))
 
 
 def log_benchmarks(run_json, rows: list, folders: Mapping[str, int], table_csv) -> int:

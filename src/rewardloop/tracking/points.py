@@ -193,12 +193,12 @@ def base_points(metrics_file, table, benchmark, guidance_metrics: Mapping[str, s
 
 def monitor_points(iteration: int, health_path, gold_paths: Iterable[str]) -> list:
     """health/<source>/<statistic> of a health.parquet and gold/<name>/mean (and rollout_mean) of each
-    rescore JSON, at step = iteration (-1: the base model)."""
+    rescore JSON, at step = iteration (-1: the base model); ``health_path`` None: the gold values alone."""
     import pyarrow.parquet as pq
 
     points = []
-    ts = mtime_ms(health_path)
-    for row in pq.read_table(health_path).to_pylist():
+    ts = mtime_ms(health_path) if health_path else 0
+    for row in pq.read_table(health_path).to_pylist() if health_path else []:
         points += [(f"health/{row['source']}/{k}", float(v), ts, iteration) for k, v in row.items()
                    if k not in ("iteration", "source", "images") and _number(v) is not None]
     return points + [p for path in gold_paths for p in gold_points(path, iteration)]
