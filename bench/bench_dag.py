@@ -1,7 +1,7 @@
 """Planning time: `snakemake -n` (dry run, no job runs) of long runs, against the goal of issue 33.
 
 Two plans, each timed in a fresh scratch folder (no results/, so every job is planned to run):
-- the default config (config.yaml) for 1000 iterations: a chain of ~11 jobs per iteration, each
+- the default config (config.yaml) for 1000 iterations: a chain of 8 jobs per iteration, each
   iteration's generate waiting on the previous export; goal < 10 s on 2 cores;
 - an experiments fan-out (configs/tiny_sd3_compare.yaml: 7 variants x 3 seeds, one DAG) for 100
   iterations.
@@ -72,12 +72,14 @@ def main() -> None:
         plans.append(("7x3 fan-out", args.fanout_iterations, FANOUT))
     startup, _ = best_of(args.repeat, 1, args.shards)
     print(f"startup (1 iteration of the default config): {startup:.1f} s")
-    print(f"{'plan':>12} {'iterations':>10} {'jobs':>7} {'dry run s':>10} {'ms/iteration':>13} {'ms/job':>7}")
+    print(f"{'plan':>12} {'iterations':>10} {'jobs':>7} {'jobs/it':>8} {'dry run s':>10} {'ms/iteration':>13} "
+          f"{'ms/job':>7}")
     results = {}
     for name, iterations, configfile in plans:
         seconds, jobs = best_of(args.repeat, iterations, args.shards if configfile is None else 1, configfile)
         results[(name, iterations)] = seconds
-        print(f"{name:>12} {iterations:>10} {jobs:>7} {seconds:>10.1f} {1000 * seconds / iterations:>13.1f}"
+        print(f"{name:>12} {iterations:>10} {jobs:>7} {jobs / iterations:>8.1f} {seconds:>10.1f} "
+              f"{1000 * seconds / iterations:>13.1f}"
               f" {1000 * seconds / max(jobs, 1):>7.2f}", flush=True)
     if ("default", 1000) in results:
         seconds = results[("default", 1000)]

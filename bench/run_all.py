@@ -1,12 +1,13 @@
 """Run the CPU benchmarks one after another (``make bench``), each printing its own figures.
 
 The default run is benchmarked first and its tiny model reused by the stage benchmarks, so the
-model is built once. The reward benchmark and the SD1.5-size benchmarks are long; run them by hand
-(see docs/performance.md).
+model is built once; the grouped-vs-per-stage SLURM benchmark runs when a cluster answers `sinfo`. The
+reward benchmark and the SD1.5-size benchmarks are long; run them by hand (see docs/performance.md).
 """
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -33,6 +34,11 @@ def main() -> None:
         run("bench_generate.py", "--model", str(model))
         run("bench_train_step.py", "--model", str(model))
         run("bench_dag.py")
+        if shutil.which("sinfo") and subprocess.run(["sinfo", "-h"], capture_output=True).returncode == 0:
+            run("bench_slurm_groups.py", "--model", str(model))
+        else:
+            print("\n== bench_slurm_groups.py: skipped, no SLURM cluster answers `sinfo` (here: "
+                  "SLURM_CI_COMMAND=\"python bench/bench_slurm_groups.py\" bash tests/slurm_ci.sh)", flush=True)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 
 rule advantages:
-    localrule: True
+    group: ITERATION_GROUP
+    localrule: LOCAL_UNLESS_GROUPED
     input:
         scores=f"{ITER}/{layout.SCORES}",
     output:

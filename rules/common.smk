@@ -191,6 +191,16 @@ OFFLINE_LATENTS_FILE = f"{OFFLINE_DIR}/latents.safetensors" if config["data"]["o
 OFFLINE_PAIRS_INPUT = [OFFLINE_PAIRS_FILE, OFFLINE_LATENTS_FILE] if config["data"]["offline_pairs"] else []
 
 
+# resources.group: iteration makes one iteration's stages, from its rollouts to its eval, one Snakemake
+# group (preflight joins iteration 0's), which a cluster executor submits as one job. Cheap steps between
+# them then run inside that job rather than on the submitting host: a group holding a local rule would
+# run whole on the submitting host. The group closes with eval(it): the next iteration's rollouts read
+# model(it), and its training waits for guard(it), which reads that eval, either way.
+GROUPED = config["resources"]["group"] == "iteration"
+ITERATION_GROUP = "iteration_{it}" if GROUPED else None
+LOCAL_UNLESS_GROUPED = not GROUPED
+
+
 def job_resources(extra_mem_mb=0, gpu=None):
     """mem_mb, runtime and gpu of a job; gpu defaults to a model job's (see src/rewardloop/runtime/resources.py)."""
     return {
@@ -209,6 +219,7 @@ PREFLIGHT_REPORT = f"{iter_dir(0)}/{layout.PREFLIGHT_REPORT}"
 
 
 ITERATION_0 = SimpleNamespace(it="000")  # the wildcards iteration 0's input functions read
+PREFLIGHT_GROUP = ITERATION_GROUP.format(it=ITERATION_0.it) if GROUPED else None  # iteration 0's group
 
 
 def _at_iteration_0(input_function):

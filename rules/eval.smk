@@ -4,6 +4,7 @@
 # rollouts and eval images) and the image grids; cheap, they ride along rather than cost a job each.
 
 rule eval:
+    group: ITERATION_GROUP
     input:
         model=BASE_MODEL_INPUT,
         prompts=config["prompts"]["eval"],
@@ -51,6 +52,7 @@ rule eval:
 if GUIDANCE_EVAL_CFG:
 
     rule eval_at_guidance:
+        group: ITERATION_GROUP
         input:
             model=BASE_MODEL_INPUT,
             prompts=config["prompts"]["eval"],

@@ -2,7 +2,8 @@
 
 
 rule export:
-    localrule: True
+    group: ITERATION_GROUP
+    localrule: LOCAL_UNLESS_GROUPED
     input:
         lora=f"{ITER}/{layout.TRAIN_DIR}/{TRAINED_FILE}",
         previous=previous_lora_input,

@@ -9,6 +9,7 @@ GENERATE_CFG = stage_config(config, "seed", "model", "prompts", "generate", "dev
 if config["generate"]["shards"] == 1:
 
     rule generate:
+        group: ITERATION_GROUP
         input:
             **GENERATE_INPUT,
         output:
@@ -34,6 +35,7 @@ if config["generate"]["shards"] == 1:
 else:
 
     rule generate_shard:
+        group: ITERATION_GROUP
         input:
             **GENERATE_INPUT,
         output:
@@ -59,7 +61,8 @@ else:
             "../scripts/generate.py"
 
     rule generate:
-        localrule: True
+        group: ITERATION_GROUP
+        localrule: LOCAL_UNLESS_GROUPED
         input:
             samples=shard_outputs("generate", layout.SAMPLES),
             latents=shard_outputs("generate", layout.LATENTS),

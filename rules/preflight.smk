@@ -8,6 +8,7 @@
 if PREFLIGHT_ENABLED:
 
     rule preflight:
+        group: PREFLIGHT_GROUP
         input:
             model=BASE_MODEL_INPUT,
             lora=_at_iteration_0(previous_lora_input),
@@ -34,7 +35,8 @@ if PREFLIGHT_ENABLED:
             "../scripts/preflight.py"
 
     rule preflight_gate:
-        localrule: True
+        group: PREFLIGHT_GROUP
+        localrule: LOCAL_UNLESS_GROUPED
         input:
             figures=PREFLIGHT_FIGURES,
         output:

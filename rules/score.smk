@@ -7,6 +7,7 @@ SCORE_CFG = stage_config(config, "rewards", "score")
 if config["score"]["shards"] == 1:
 
     rule score:
+        group: ITERATION_GROUP
         input:
             samples=f"{ITER}/{layout.SAMPLES}",
         output:
@@ -29,6 +30,7 @@ if config["score"]["shards"] == 1:
 else:
 
     rule score_shard:
+        group: ITERATION_GROUP
         input:
             samples=f"{ITER}/{layout.SAMPLES}",
         output:
@@ -51,7 +53,8 @@ else:
             "../scripts/score.py"
 
     rule score:
-        localrule: True
+        group: ITERATION_GROUP
+        localrule: LOCAL_UNLESS_GROUPED
         input:
             scores=shard_outputs("score", layout.SCORES),
             metrics=shard_outputs("score", layout.SHARD_METRICS),

@@ -4,6 +4,7 @@
 
 
 rule train:
+    group: ITERATION_GROUP
     input:
         model=BASE_MODEL_INPUT,
         lora=previous_lora_input,

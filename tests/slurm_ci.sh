@@ -11,7 +11,7 @@
 # are; nothing is enforced (task/none, no cgroups) and the jobs run on the CPU (device: cpu).
 # Needs root (Debian 12); installs slurm-wlm and munge when missing.
 # Usage: bash tests/slurm_ci.sh [PYTEST ARGS]   (VENV=... picks the virtualenv, default .venv; exit
-# status is pytest's)
+# status is pytest's). SLURM_CI_COMMAND="..." runs that command instead of pytest (a benchmark).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${VENV:-$ROOT/.venv}"
@@ -134,4 +134,8 @@ done
 echo "slurm cluster up in $(( $(date +%s) - start )) s: $SLURM_CONF"
 
 cd "$ROOT"
+if [ -n "${SLURM_CI_COMMAND:-}" ]; then  # another command with the cluster up (bench/bench_slurm_groups.py)
+    REWARDLOOP_SLURM=1 PATH="$VENV/bin:$PATH" bash -c "$SLURM_CI_COMMAND"
+    exit
+fi
 REWARDLOOP_SLURM=1 PATH="$VENV/bin:$PATH" "$VENV/bin/python" -m pytest -q -p no:cacheprovider --durations=3 tests/workflow/test_slurm.py "$@"

@@ -7,7 +7,8 @@ jobs must each have been an sbatch job that SLURM reports COMPLETED (rollout and
 jobs each), with the partition, CPUs, memory, time limit and GPUs that profiles/slurm/config.yaml asks
 for its rule; training runs in 2 processes; and the artifacts must equal those of the same config run
 locally (plain `snakemake --cores 2`). The profile is used as it is: its GPU request for `generate`
-also reaches the local gather of that name, which must run on the GPU-less submitting host.
+also reaches the local gather of that name, which must run on the GPU-less submitting host. With
+`resources.group: iteration` the iteration's stages are one SLURM job instead, with the same artifacts.
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ import json
 import os
 import re
 import subprocess
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from rewardloop.mappings import deep_merge
 from workflow_helpers import ROOT, SNAKEMAKE, file_digests, snakemake, tiny_overlay, write_overlay
 
 pytestmark = pytest.mark.workflow
@@ -105,20 +108,50 @@ def without_timings(metrics: dict) -> dict:
     return kept
 
 
-@needs_cluster
-def test_one_iteration_through_the_slurm_profile_equals_a_local_run(tmp_path, tiny_model):
-    cluster, local = tmp_path / "slurm", tmp_path / "local"
-    for work in (cluster, local):
-        work.mkdir()
-        write_overlay(work, overlay(tiny_model))
-    result = snakemake(
-        cluster, "--profile", str(ROOT / "profiles/slurm"),
+@pytest.fixture(scope="module")
+def local_run(tmp_path_factory, tiny_model) -> Path:
+    """The cluster runs' config run locally (--cores 2): what they must equal."""
+    work = tmp_path_factory.mktemp("local")
+    write_overlay(work, overlay(tiny_model))
+    snakemake(work)
+    return work
+
+
+def cluster_run(work: Path) -> subprocess.CompletedProcess:
+    return snakemake(
+        work, "--profile", str(ROOT / "profiles/slurm"),
         # No accounting database on the test cluster: poll squeue (MinJobAge keeps finished jobs).
         "--slurm-status-command", "squeue", "--slurm-init-seconds-before-status-checks", "2",
         "--slurm-no-account", "--latency-wait", "5",
-        # The profile as it is: its GPU request for `generate` also reaches the local gather of that
-        # name, which must run on this GPU-less submitting host (it claims no GPU).
     )
+
+
+def assert_same_artifacts(local: Path, cluster: Path, config_change: dict | None = None) -> None:
+    """The same bytes (tables with their provenance, tensors, LoRA files, figures) and the same metrics
+    but for their timings; the report's copy of the config also the same but for ``config_change``."""
+    if config_change:
+        configs = [yaml.safe_load((d / "results/report/config.yaml").read_text()) for d in (local, cluster)]
+        assert deep_merge(configs[0], config_change) == configs[1]
+    skip = TIMINGS + (("report/config.yaml",) if config_change else ())
+    here, there = (file_digests(d / "results", skip=skip, mtime=False) for d in (local, cluster))
+    assert here.keys() == there.keys() and set(ARTIFACTS) <= here.keys()
+    differ = sorted(rel for rel in here if here[rel] != there[rel])
+    # only JSON that records timings may differ: metrics/, and the preflight's figures and verdict
+    timing_json = [rel for rel in differ if re.search(r"(^|/)metrics(/|\.json$)|(^|/)preflight(_figures)?\.json$", rel)]
+    assert differ == timing_json, sorted(set(differ) - set(timing_json))
+    for rel in differ:
+        a, b = (json.loads((d / "results" / rel).read_text()) for d in (local, cluster))
+        assert without_timings(a) == without_timings(b), rel
+
+
+@needs_cluster
+def test_one_iteration_through_the_slurm_profile_equals_a_local_run(tmp_path, tiny_model, local_run):
+    # The profile as it is: its GPU request for `generate` also reaches the local gather of that
+    # name, which must run on this GPU-less submitting host (it claims no GPU).
+    cluster = tmp_path / "slurm"
+    cluster.mkdir()
+    write_overlay(cluster, overlay(tiny_model))
+    result = cluster_run(cluster)
     jobs = scontrol_jobs(result.stderr)
     rules = {job_id: re.match(r"rule_(\w+?)(_wildcards_.*)?$", fields["Comment"]).group(1)
              for job_id, fields in jobs.items()}
@@ -134,19 +167,27 @@ def test_one_iteration_through_the_slurm_profile_equals_a_local_run(tmp_path, ti
     results = cluster / "results"
     assert json.loads((results / "iter_000/metrics/train.json").read_text())["processes"] == 2
     assert (results / "report/curves.png").is_file()
-
-    # The same config run locally gives the same artifacts: the same bytes (tables with their
-    # provenance, tensors, LoRA files, figures) and the same metrics but for their timings.
-    snakemake(local)
-    here, there = (file_digests(d / "results", skip=TIMINGS, mtime=False) for d in (local, cluster))
-    assert here.keys() == there.keys() and set(ARTIFACTS) <= here.keys()
-    differ = sorted(rel for rel in here if here[rel] != there[rel])
-    # only JSON that records timings may differ: metrics/, and the preflight's figures and verdict
-    assert all(re.search(r"(^|/)metrics(/|\.json$)|(^|/)preflight(_figures)?\.json$", rel) for rel in differ), differ
-    for rel in differ:
-        a, b = (json.loads((d / "results" / rel).read_text()) for d in (local, cluster))
-        assert without_timings(a) == without_timings(b), rel
+    assert_same_artifacts(local_run, cluster)
     assert pq.read_table(results / "iter_000/samples.parquet").num_rows == 8
+
+
+@needs_cluster
+def test_resources_group_iteration_runs_an_iteration_in_one_allocation_equal_to_a_local_run(tmp_path, tiny_model,
+                                                                                         local_run):
+    """resources.group: iteration: the iteration's stages (shards, gathers, preflight, pairs, train, export,
+    eval) are one SLURM job, sized for its largest layer (train's 4 GPUs); only the base eval is another."""
+    cluster = tmp_path / "grouped"
+    cluster.mkdir()
+    write_overlay(cluster, deep_merge(overlay(tiny_model), {"resources": {"group": "iteration"}}))
+    result = cluster_run(cluster)
+    jobs = scontrol_jobs(result.stderr)
+    comments = sorted(fields["Comment"] for fields in jobs.values())
+    assert len(comments) == 2 and comments[0] == "rule_eval_base", comments
+    assert comments[1].startswith("rule_iteration_000_"), comments  # the group job: its group id, then its rules
+    assert {fields["JobState"] for fields in jobs.values()} == {"COMPLETED"}, jobs
+    group = next(fields for fields in jobs.values() if fields["Comment"].startswith("rule_iteration_000_"))
+    assert allocation(group)["gpu"] == 4, group
+    assert_same_artifacts(local_run, cluster, config_change={"resources": {"group": "iteration"}})
 
 
 # --- a train job over several nodes: planned and refused by dry runs (no cluster needed) ---------------------
