@@ -5,7 +5,8 @@ Builds a random-weight replica with the published layout and dimensions (`reward
 once (the page cache holds them, as on a node that ran the previous stage), then times in a fresh
 process per measurement, as a job would:
 - the imports a model job pays before loading (torch, diffusers, transformers, peft);
-- generate / eval / preflight: the pipeline with model(it-1)'s LoRA fused (`models.load_pipeline`);
+- the base pipeline (what generate(0) and eval_base load), and generate / eval / preflight: the
+  pipeline with model(it-1)'s LoRA fused (`models.load_pipeline`), the difference being the fusing;
 - train: the pipeline without its text encoders (`stages.train.load_models`), and the same with a
   frozen `previous` reference (a second load);
 (export with `export.merged` loads as generate does, then saves.)
@@ -29,6 +30,7 @@ from pathlib import Path
 
 STAGES = {  # name: the Python that loads, given MODEL (model config) and LORA (a LoRA folder)
     "imports": "pass",
+    "base pipeline (generate(0), eval_base)": "models.load_pipeline(MODEL, dtype=DTYPE)",
     "generate, eval, preflight (LoRA fused)": "models.load_pipeline(MODEL, lora_dir=LORA, dtype=DTYPE)",
     "train (no text encoders)": "load_models(MODEL, 'lora', None, LORA, 'cpu')",
     "train, reference: previous": "load_models(MODEL, 'lora', 'previous', LORA, 'cpu')",
