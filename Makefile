@@ -11,10 +11,21 @@ CORES ?= 2
 
 venv: $(STAMP)
 
+# The installer: uv when it is on PATH (or UV=/path/to/uv), pip otherwise; the same pinned versions either
+# way (constraints.txt). uv took 18 s here where pip takes ~2 min. uv reads no pip settings, so a
+# PIP_FIND_LINKS (wheels already on disk, e.g. torch) is handed to it as UV_FIND_LINKS.
+UV ?= $(shell command -v uv 2>/dev/null)
+
 $(STAMP): pyproject.toml constraints.txt
+ifneq ($(strip $(UV)),)
+	$(UV) venv --quiet --seed --allow-existing --python $(PYTHON) $(VENV)
+	UV_FIND_LINKS="$${UV_FIND_LINKS:-$$PIP_FIND_LINKS}" $(UV) pip install --quiet --python $(BIN)/python \
+		-c constraints.txt -e '.[test]'
+else
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test]'
+endif
 	touch $@
 
 run: $(STAMP)
