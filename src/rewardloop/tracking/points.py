@@ -197,10 +197,11 @@ def monitor_points(iteration: int, health_path, gold_paths: Iterable[str]) -> li
     import pyarrow.parquet as pq
 
     points = []
-    ts = mtime_ms(health_path) if health_path else 0
-    for row in pq.read_table(health_path).to_pylist() if health_path else []:
-        points += [(f"health/{row['source']}/{k}", float(v), ts, iteration) for k, v in row.items()
-                   if k not in ("iteration", "source", "images") and _number(v) is not None]
+    if health_path:
+        ts = mtime_ms(health_path)
+        for row in pq.read_table(health_path).to_pylist():
+            points += [(f"health/{row['source']}/{k}", float(v), ts, iteration) for k, v in row.items()
+                       if k not in ("iteration", "source", "images") and _number(v) is not None]
     return points + [p for path in gold_paths for p in gold_points(path, iteration)]
 
 

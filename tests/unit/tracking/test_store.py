@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import os
 
-import pytest
-
 from rewardloop.tracking import store
 
 
@@ -22,13 +20,12 @@ def test_the_default_store_opened_from_two_folders_in_one_process_is_each_folder
     """MLflow caches stores and their engines by URI string: without the absolute path the second
     folder's client reached the first folder's database (a benchmark of one run logged into another's)."""
     monkeypatch.delenv(store.ENV_TRACKING_URI, raising=False)
-    made = {}
     for name in ("first", "second"):
         folder = tmp_path / name
         folder.mkdir()
         monkeypatch.chdir(folder)
         mlflow_client = store.client(store.tracking_uri())
-        made[name] = mlflow_client.create_experiment(f"in-{name}")
+        mlflow_client.create_experiment(f"in-{name}")
         assert (folder / "results/mlflow.db").is_file()
     for name in ("first", "second"):
         monkeypatch.chdir(tmp_path / name)
