@@ -11,21 +11,27 @@ CORES ?= 2
 
 venv: $(STAMP)
 
-# The installer: uv when it is on PATH (or UV=/path/to/uv), pip otherwise; the same pinned versions either
-# way (constraints.txt). uv took 18 s here where pip takes ~2 min. uv reads no pip settings, so a
-# PIP_FIND_LINKS (wheels already on disk, e.g. torch) is handed to it as UV_FIND_LINKS.
+# The installer: uv, with the same pinned versions pip would install (constraints.txt), several times
+# faster (16 s vs 97 s here). A uv on PATH (or UV=/path/to/uv) is used as it is; otherwise pip puts uv's
+# wheel (UV_VERSION) into the venv first. pip installs everything itself with UV=pip, or when uv cannot be
+# had (an index without it). uv reads no pip settings, so a PIP_FIND_LINKS (wheels already on disk, e.g.
+# torch) is handed to it as UV_FIND_LINKS.
 UV ?= $(shell command -v uv 2>/dev/null)
+UV_VERSION := 0.13.8
 
 $(STAMP): pyproject.toml constraints.txt
-ifneq ($(strip $(UV)),)
-	$(UV) venv --quiet --seed --allow-existing --python $(PYTHON) $(VENV)
-	UV_FIND_LINKS="$${UV_FIND_LINKS:-$$PIP_FIND_LINKS}" $(UV) pip install --quiet --python $(BIN)/python \
-		-c constraints.txt -e '.[test]'
-else
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test]'
-endif
+	@uv="$(UV)"; \
+	if [ -z "$$uv" ] && $(BIN)/python -m pip install --quiet uv==$(UV_VERSION); then uv=$(BIN)/uv; fi; \
+	if [ -n "$$uv" ] && [ "$$uv" != pip ]; then \
+		echo "make venv: installing with $$uv"; \
+		UV_FIND_LINKS="$${UV_FIND_LINKS:-$$PIP_FIND_LINKS}" $$uv pip install --quiet --python $(BIN)/python \
+			-c constraints.txt -e '.[test]'; \
+	else \
+		echo "make venv: installing with pip"; \
+		$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test]'; \
+	fi
 	touch $@
 
 run: $(STAMP)
