@@ -12,7 +12,7 @@ CORES ?= 2
 venv: $(STAMP)
 
 # The installer: uv, with the same pinned versions pip would install (constraints.txt), several times
-# faster (16 s vs 97 s here). A uv on PATH (or UV=/path/to/uv) is used as it is; otherwise pip puts uv's
+# faster (21.8 s with an empty uv cache vs 108.8 s on fresh clones here). A uv on PATH (or UV=/path/to/uv) is used as it is; otherwise pip puts uv's
 # wheel (UV_VERSION) into the venv first. pip installs everything itself with UV=pip, or when uv cannot be
 # had (an index without it). uv reads no pip settings, so a PIP_FIND_LINKS (wheels already on disk, e.g.
 # torch) is handed to it as UV_FIND_LINKS.
