@@ -11,11 +11,11 @@ CORES ?= 2
 
 venv: $(STAMP)
 
-# The installer: uv, with the same pinned versions pip would install (constraints.txt), several times
-# faster (21.8 s with an empty uv cache vs 108.8 s on fresh clones here). A uv on PATH (or UV=/path/to/uv) is used as it is; otherwise pip puts uv's
-# wheel (UV_VERSION) into the venv first. pip installs everything itself with UV=pip, or when uv cannot be
-# had (an index without it). uv reads no pip settings, so a PIP_FIND_LINKS (wheels already on disk, e.g.
-# torch) is handed to it as UV_FIND_LINKS.
+# The installer: uv, with the same pinned versions pip would install (constraints.txt): 21.8 s with an
+# empty uv cache vs pip's 108.8 s on fresh clones here. A uv on PATH (or UV=/path/to/uv) is used as it
+# is; otherwise pip puts uv's wheel (UV_VERSION) into the venv first. pip installs everything itself with
+# UV=pip, or when uv cannot be had (an index without it). uv reads no pip settings, so a PIP_FIND_LINKS
+# (wheels already on disk, e.g. torch) is handed to it as UV_FIND_LINKS.
 UV ?= $(shell command -v uv 2>/dev/null)
 UV_VERSION := 0.13.8
 
