@@ -294,14 +294,52 @@ def all_iterations_metrics(stage):
     return inputs
 
 
-def shard_outputs(stage, name):
-    """``name`` of every shard of ``stage`` (generate.shards / score.shards), in order, as {it} patterns."""
-    return [f"{ITER}/{layout.shard_name(stage, k)}/{name}" for k in range(config[stage]["shards"])]
-
-
 @job_function
 def shard_index(wildcards):
     return int(wildcards.shard)
+
+
+class Sharding:
+    """A stage whose work may be split into shards (generate.shards; score.shards, for scoring and rescoring).
+
+    Its work is one rule, written once with the names and paths given here. Whole, it is named after the
+    stage and writes the stage's files. Sharded, it is ``<stage>_shard``, one job per shard writing into the
+    shard's folder (shards/<stage>_<kk>/), and a gather rule named after the stage joins the shards into the
+    same files a whole stage writes.
+    """
+
+    def __init__(self, stage, shards):
+        self.stage, self.shards, self.sharded = stage, shards, shards > 1
+        self.work_rule = f"{stage}_shard" if self.sharded else stage
+
+    def output(self, folder, name, whole=None):
+        """The work's file ``name``, in the {shard} pattern's folder when sharded, else ``whole``
+        (by default ``folder/name``)."""
+        if self.sharded:
+            return f"{folder}/{layout.shard_name(self.stage, '{shard}')}/{name}"
+        return whole or f"{folder}/{name}"
+
+    def params(self):
+        """The work's shard params, which shard of how many (none when whole, the scripts' default)."""
+        return {"shard": shard_index, "shards": self.shards} if self.sharded else {}
+
+    def job(self, name):
+        """A work job's name for its log and benchmark: ``name``, or ``name_{shard}`` when sharded."""
+        return f"{name}_{{shard}}" if self.sharded else name
+
+    def gathered(self, folder, name):
+        """``name`` of every shard, in order (what the gather job reads)."""
+        return [f"{folder}/{layout.shard_name(self.stage, k)}/{name}" for k in range(self.shards)]
+
+
+GENERATE_SHARDING = Sharding("generate", config["generate"]["shards"])
+SCORE_SHARDING = Sharding("score", config["score"]["shards"])
+RESCORE_SHARDING = Sharding("rescore", config["score"]["shards"])
+
+
+def gather_resources():
+    """A gather rule's: it joins tables, no model."""
+    return {"mem_mb": config["resources"]["mem_mb"], "runtime": 10}
 
 
 # ------------------------------------------------------------------ the monitors (rules/monitors.smk)
@@ -324,12 +362,6 @@ def folder_images(wildcards):
     if wildcards.folder != layout.BASE:
         tables = {"rollout": f"{folder}/{layout.SAMPLES}", **tables}
     return tables
-
-
-def rescore_shard_outputs(suffix):
-    """A gold reward's rescore shards of a folder (score.shards), in order, as {folder} and {gold} patterns."""
-    return [f"{RUN.folder('{folder}')}/{layout.shard_name('rescore', k)}/{{gold}}.{suffix}"
-            for k in range(config["score"]["shards"])]
 
 
 @job_function

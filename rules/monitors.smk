@@ -14,60 +14,39 @@ GOLD_TABLE, GOLD_METRICS = (f"{FOLDER}/{layout.rescore_name('{gold}', suffix)}" 
 
 
 # With score.shards > 1, rescore_shard jobs each score a run of whole batches of the folder's images
-# (rollouts, then eval images) and rule rescore gathers them, as for scoring (rules/score.smk).
-if config["score"]["shards"] == 1:
+# (rollouts, then eval images) and rule rescore gathers them, as for scoring (Sharding in common.smk).
 
-    rule rescore:
-        input:
-            unpack(folder_images),
-        output:
-            table=GOLD_TABLE,
-            metrics=GOLD_METRICS,
-        params:
-            cfg=rescore_config,
-            iteration=folder_iteration,
-        log:
-            RUN.log("{folder}", "rescore_{gold}"),
-        benchmark:
-            RUN.benchmark("{folder}", "rescore_{gold}")
-        threads: config["resources"]["threads"]
-        resources:
-            **job_resources(gpu=job_gpus.score_gpus(config)),
-        conda:
-            "../envs/rewardloop.yaml"
-        script:
-            "../scripts/rescore.py"
+rule:
+    name: RESCORE_SHARDING.work_rule
+    input:
+        unpack(folder_images),
+    output:
+        table=RESCORE_SHARDING.output(FOLDER, "{gold}.parquet", whole=GOLD_TABLE),
+        metrics=RESCORE_SHARDING.output(FOLDER, "{gold}.json", whole=GOLD_METRICS),
+    params:
+        cfg=rescore_config,
+        iteration=folder_iteration,
+        **RESCORE_SHARDING.params(),
+    log:
+        RUN.log("{folder}", RESCORE_SHARDING.job("rescore_{gold}")),
+    benchmark:
+        RUN.benchmark("{folder}", RESCORE_SHARDING.job("rescore_{gold}"))
+    threads: config["resources"]["threads"]
+    resources:
+        **job_resources(gpu=job_gpus.score_gpus(config)),
+    conda:
+        "../envs/rewardloop.yaml"
+    script:
+        "../scripts/rescore.py"
 
-else:
 
-    rule rescore_shard:
-        input:
-            unpack(folder_images),
-        output:
-            table=f"{FOLDER}/{layout.shard_name('rescore', '{shard}')}/{{gold}}.parquet",
-            metrics=f"{FOLDER}/{layout.shard_name('rescore', '{shard}')}/{{gold}}.json",
-        params:
-            cfg=rescore_config,
-            iteration=folder_iteration,
-            shard=shard_index,
-            shards=config["score"]["shards"],
-        log:
-            RUN.log("{folder}", "rescore_{gold}_{shard}"),
-        benchmark:
-            RUN.benchmark("{folder}", "rescore_{gold}_{shard}")
-        threads: config["resources"]["threads"]
-        resources:
-            **job_resources(gpu=job_gpus.score_gpus(config)),
-        conda:
-            "../envs/rewardloop.yaml"
-        script:
-            "../scripts/rescore.py"
+if RESCORE_SHARDING.sharded:
 
     rule rescore:
         localrule: True
         input:
-            tables=rescore_shard_outputs("parquet"),
-            metrics=rescore_shard_outputs("json"),
+            tables=RESCORE_SHARDING.gathered(FOLDER, "{gold}.parquet"),
+            metrics=RESCORE_SHARDING.gathered(FOLDER, "{gold}.json"),
         output:
             table=GOLD_TABLE,
             metrics=GOLD_METRICS,
@@ -79,8 +58,7 @@ else:
             RUN.benchmark("{folder}", "rescore_{gold}")
         threads: 1
         resources:
-            mem_mb=config["resources"]["mem_mb"],
-            runtime=10,
+            **gather_resources(),
         conda:
             "../envs/rewardloop.yaml"
         script:

@@ -1,63 +1,40 @@
 # Rewards of every rollout sample (combined and per component).
-# With score.shards > 1, score_shard jobs each score a run of whole batches and rule score gathers them.
+# With score.shards > 1, score_shard jobs each score a run of whole batches and rule score gathers them
+# (see Sharding in common.smk).
 
-SCORE_CFG = stage_config(config, "rewards", "score")
+
+rule:
+    name: SCORE_SHARDING.work_rule
+    group: ITERATION_GROUP
+    input:
+        samples=f"{ITER}/{layout.SAMPLES}",
+    output:
+        scores=SCORE_SHARDING.output(ITER, layout.SCORES),
+        metrics=SCORE_SHARDING.output(ITER, layout.SHARD_METRICS, whole=metrics_file("score")),
+    params:
+        cfg=stage_config(config, "rewards", "score"),
+        **SCORE_SHARDING.params(),
+    log:
+        RUN.log(ITER_NAME, SCORE_SHARDING.job("score")),
+    benchmark:
+        RUN.benchmark(ITER_NAME, SCORE_SHARDING.job("score"))
+    threads: config["resources"]["threads"]
+    resources:
+        **job_resources(gpu=job_gpus.score_gpus(config)),
+    conda:
+        "../envs/rewardloop.yaml"
+    script:
+        "../scripts/score.py"
 
 
-if config["score"]["shards"] == 1:
-
-    rule score:
-        group: ITERATION_GROUP
-        input:
-            samples=f"{ITER}/{layout.SAMPLES}",
-        output:
-            scores=f"{ITER}/{layout.SCORES}",
-            metrics=metrics_file("score"),
-        params:
-            cfg=SCORE_CFG,
-        log:
-            RUN.log(ITER_NAME, "score"),
-        benchmark:
-            RUN.benchmark(ITER_NAME, "score")
-        threads: config["resources"]["threads"]
-        resources:
-            **job_resources(gpu=job_gpus.score_gpus(config)),
-        conda:
-            "../envs/rewardloop.yaml"
-        script:
-            "../scripts/score.py"
-
-else:
-
-    rule score_shard:
-        group: ITERATION_GROUP
-        input:
-            samples=f"{ITER}/{layout.SAMPLES}",
-        output:
-            scores=f"{ITER}/{layout.shard_name('score', '{shard}')}/{layout.SCORES}",
-            metrics=f"{ITER}/{layout.shard_name('score', '{shard}')}/{layout.SHARD_METRICS}",
-        params:
-            cfg=SCORE_CFG,
-            shard=shard_index,
-            shards=config["score"]["shards"],
-        log:
-            RUN.log(ITER_NAME, "score_{shard}"),
-        benchmark:
-            RUN.benchmark(ITER_NAME, "score_{shard}")
-        threads: config["resources"]["threads"]
-        resources:
-            **job_resources(gpu=job_gpus.score_gpus(config)),
-        conda:
-            "../envs/rewardloop.yaml"
-        script:
-            "../scripts/score.py"
+if SCORE_SHARDING.sharded:
 
     rule score:
         group: ITERATION_GROUP
         localrule: LOCAL_UNLESS_GROUPED
         input:
-            scores=shard_outputs("score", layout.SCORES),
-            metrics=shard_outputs("score", layout.SHARD_METRICS),
+            scores=SCORE_SHARDING.gathered(ITER, layout.SCORES),
+            metrics=SCORE_SHARDING.gathered(ITER, layout.SHARD_METRICS),
         output:
             scores=f"{ITER}/{layout.SCORES}",
             metrics=metrics_file("score"),
@@ -67,8 +44,7 @@ else:
             RUN.benchmark(ITER_NAME, "score")
         threads: 1
         resources:
-            mem_mb=config["resources"]["mem_mb"],
-            runtime=10,
+            **gather_resources(),
         conda:
             "../envs/rewardloop.yaml"
         script:
