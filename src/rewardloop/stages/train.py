@@ -164,3 +164,9 @@ if __name__ == "__main__":
     if torch.cuda.is_available():  # this rank's GPU, before any model is loaded onto "cuda"
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     run(**json.loads(Path(sys.argv[1]).read_text()))
+    # The process group ends here, with the rank: left to interpreter exit, gloo's threads can abort the
+    # process ("terminate called without an active exception", SIGABRT; pytorch/pytorch#190489), which
+    # failed a finished launch. Only after a rank ended well: after an error, another rank may be inside
+    # a collective, and the teardown would wait for it.
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
