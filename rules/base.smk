@@ -34,10 +34,10 @@ if SHARED_RESULTS:
     rule share_base_at_guidance:
         localrule: True
         input:
-            table=f"{SHARED_RUN.base}/{{guidance_eval}}.parquet",
+            table=f"{SHARED_RUN.base}/{layout.guidance_table('{guidance_eval}')}",
             metrics=metrics_file("{guidance_eval}", SHARED_RUN.base),
         output:
-            table=f"{BASE_DIR}/{{guidance_eval}}.parquet",
+            table=f"{BASE_DIR}/{layout.guidance_table('{guidance_eval}')}",
             metrics=metrics_file("{guidance_eval}", BASE_DIR),
         log:
             RUN.log(layout.BASE, "share_base_{guidance_eval}"),
@@ -92,7 +92,7 @@ else:
                 model=BASE_MODEL_INPUT,
                 prompts=config["prompts"]["eval"],
             output:
-                table=f"{BASE_DIR}/{{guidance_eval}}.parquet",
+                table=f"{BASE_DIR}/{layout.guidance_table('{guidance_eval}')}",
                 metrics=metrics_file("{guidance_eval}", BASE_DIR),
             params:
                 cfg=guidance_eval_cfg,

@@ -104,7 +104,7 @@ def all_targets():
     for it in range(config["iterations"]):
         targets += [f"{iter_dir(it)}/{name}" for name in ITERATION_ARTIFACTS + ITERATION_RECORDS]
         targets += [f"{iter_dir(it)}/{name}" for name in GUIDANCE_EVAL_FILES]
-    targets += [RUN.report("curves.png"), RUN.report("config.yaml"), f"{BASE_DIR}/{layout.EVAL_GRID}"]
+    targets += [RUN.report(layout.CURVES), RUN.report(layout.RUN_CONFIG), f"{BASE_DIR}/{layout.EVAL_GRID}"]
     if BENCHMARK_TABLES:  # rule benchmark_table (rules/report.smk)
         targets.append(RUN.report(layout.BENCHMARK_REPORT))
     targets += [f"{iter_dir(it)}/{name}" for it in range(config["iterations"]) for name in (layout.GRID, layout.EVAL_GRID)]
@@ -186,8 +186,8 @@ def export_config():
 
 
 # The encoded offline pairs (data.offline_pairs), when configured: train's input, and its params.
-OFFLINE_PAIRS_FILE = f"{OFFLINE_DIR}/pairs.parquet" if config["data"]["offline_pairs"] else None
-OFFLINE_LATENTS_FILE = f"{OFFLINE_DIR}/latents.safetensors" if config["data"]["offline_pairs"] else None
+OFFLINE_PAIRS_FILE = f"{OFFLINE_DIR}/{layout.signal_table('pairs')}" if config["data"]["offline_pairs"] else None
+OFFLINE_LATENTS_FILE = f"{OFFLINE_DIR}/{layout.LATENTS}" if config["data"]["offline_pairs"] else None
 OFFLINE_PAIRS_INPUT = [OFFLINE_PAIRS_FILE, OFFLINE_LATENTS_FILE] if config["data"]["offline_pairs"] else []
 
 
@@ -397,7 +397,7 @@ def monitor_targets():
                 for path in gold_files(folder, suffix).values()]
     if GUARD["enabled"]:
         targets += [f"{RUN.folder(folder)}/{layout.GUARD_VERDICT}" for folder in folders[1:]]
-    targets.append(RUN.report("health.png"))
+    targets.append(RUN.report(layout.HEALTH_FIGURE))
     if config["export"]["best"]:
         targets.append(RUN.best_file)
     return targets

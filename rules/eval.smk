@@ -58,7 +58,7 @@ if GUIDANCE_EVAL_CFG:
             prompts=config["prompts"]["eval"],
             lora=f"{ITER}/{layout.CHECKPOINT_DIR}/{CHECKPOINT_FILE}",
         output:
-            table=f"{ITER}/{{guidance_eval}}.parquet",
+            table=f"{ITER}/{layout.guidance_table('{guidance_eval}')}",
             metrics=metrics_file("{guidance_eval}"),
         params:
             cfg=guidance_eval_cfg,

@@ -44,9 +44,9 @@ rule compare_experiments:
     input:
         COMPARISON_INPUTS,
     output:
-        table=f"{REPORT_DIR}/compare.csv",
+        table=RUN.report(layout.COMPARE_TABLE),
         figure=report(
-            f"{REPORT_DIR}/experiments.png",
+            RUN.report(layout.COMPARE_FIGURE),
             caption="../report/experiments.rst",
             category="experiments",
             labels={"figure": "eval reward per experiment (mean and 95% interval over seeds)"},
@@ -69,4 +69,4 @@ rule compare_experiments:
 
 # What the Snakefile's rule all asks for: every run's targets, then the comparison.
 FANOUT_TARGETS = [path for run in RUNS for path in rules.__getattr__(f"{run.module}targets").input]
-FANOUT_TARGETS += [f"{REPORT_DIR}/compare.csv", f"{REPORT_DIR}/experiments.png"]
+FANOUT_TARGETS += [RUN.report(layout.COMPARE_TABLE), RUN.report(layout.COMPARE_FIGURE)]

@@ -11,9 +11,9 @@ if not SHARED_RESULTS:
             tiny=config["tiny"],
             family=config["model"]["family"],
         log:
-            f"{RESULTS}/logs/build_tiny_model.log",
+            RUN.log(None, "build_tiny_model"),
         benchmark:
-            f"{RESULTS}/benchmarks/build_tiny_model.tsv"
+            RUN.benchmark(None, "build_tiny_model")
         threads: config["tiny"]["threads"]
         resources:
             **job_resources(gpu=0),

@@ -104,7 +104,7 @@ rule plot_health:
         evals=all_iterations_metrics("eval"),
     output:
         figure=report(
-            f"{REPORT_DIR}/health.png",
+            RUN.report(layout.HEALTH_FIGURE),
             caption="../report/health.rst",
             category="curves",
             labels={"figure": "image health and gold rewards"},

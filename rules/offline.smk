@@ -9,17 +9,17 @@ if config["data"]["offline_pairs"]:
             model=BASE_MODEL_INPUT,
             pairs=config["data"]["offline_pairs"],
         output:
-            pairs=f"{OFFLINE_DIR}/pairs.parquet",
-            latents=f"{OFFLINE_DIR}/latents.safetensors",
+            pairs=OFFLINE_PAIRS_FILE,
+            latents=OFFLINE_LATENTS_FILE,
         params:
             cfg=stage_config(config, "seed", "model", "data", "device"),
             resolution=config["generate"]["resolution"],
             random_crop=config["train"]["random_crop"],
             num_workers=config["train"]["dataloader_num_workers"],
         log:
-            f"{RESULTS}/logs/encode_offline_pairs.log",
+            RUN.log(None, "encode_offline_pairs"),
         benchmark:
-            f"{RESULTS}/benchmarks/encode_offline_pairs.tsv"
+            RUN.benchmark(None, "encode_offline_pairs")
         threads: config["resources"]["threads"]
         resources:
             **job_resources(),

@@ -12,7 +12,7 @@ rule plot_curves:
         trains=all_iterations_metrics("train"),
     output:
         curves=report(
-            f"{REPORT_DIR}/curves.png",
+            RUN.report(layout.CURVES),
             caption="../report/curves.rst",
             category="curves",
             labels={"figure": "reward and training curves"},
@@ -37,10 +37,10 @@ rule report_config:
     localrule: True
     output:
         config=report(
-            f"{REPORT_DIR}/config.yaml",
+            RUN.report(layout.RUN_CONFIG),
             caption="../report/config.rst",
             category="config",
-            labels={"file": "config.yaml"},
+            labels={"file": layout.RUN_CONFIG},
         ),
     params:
         cfg=config,

@@ -28,13 +28,11 @@ from pathlib import Path
 
 from rewardloop import results_layout as layout
 
-CONFIG = "config.yaml"  # the validated config the workflow writes into report/ (rule report_config)
-
 
 def run_config(results: Path) -> dict:
     import yaml
 
-    path = Path(layout.RunLayout(results).report(CONFIG))
+    path = Path(layout.RunLayout(results).report(layout.RUN_CONFIG))
     if not path.is_file():
         raise ValueError(f"{path}: not found; rewardloop benchmark samples with the run's validated config, "
                          f"which the workflow writes there (rule report_config)")
@@ -222,7 +220,7 @@ def log_to_mlflow(results) -> int | None:
     table, folders = rows(results)
     steps = {folder: layout.folder_iteration(folder) for folder in folders}
     with tempfile.TemporaryDirectory(prefix="rewardloop-benchmark-") as tmp:
-        csv_path = Path(tmp) / "benchmarks.csv"
+        csv_path = Path(tmp) / layout.BENCHMARK_REPORT
         csv_path.write_text(csv_text(table, columns(folders)))
         with contextlib.chdir(workflow_directory(Path(results), json.loads(run_json.read_text())["tracking_uri"])):
             return tracking.log_benchmarks(run_json, table, steps, csv_path)

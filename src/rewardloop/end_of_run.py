@@ -74,7 +74,7 @@ def run_text(results) -> str:
         f"== rewardloop: the run in {results} finished ==", summary.render(results), "",
         _line("guard", guard_verdict(results)),
         _line("best", best_checkpoint(results)),
-        _line("curves", run.report("curves.png")),
+        _line("curves", run.report(layout.CURVES)),
         _line("report", REPORT_COMMAND),
         *mlflow_lines(results),
     ])
@@ -98,7 +98,7 @@ def fanout_text(results, run_folders: Sequence) -> str:
     return "\n".join([
         f"== rewardloop: {len(run_folders)} runs in {results} finished; each experiment's last iteration ==",
         compare.format_table(list(last.values())), "",
-        _line("table", f"rewardloop compare {results} ({run.report('compare.csv')}, {run.report('experiments.png')})"),
+        _line("table", f"rewardloop compare {results} ({run.report(layout.COMPARE_TABLE)}, {run.report(layout.COMPARE_FIGURE)})"),
         _line("guard", "; ".join(flagged) if flagged else "no breach in any run"),
         _line("best", f"rewardloop best {results}/<experiment>/seed_<s> --guard"),
         _line("report", REPORT_COMMAND),

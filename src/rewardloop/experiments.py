@@ -24,7 +24,7 @@ FANOUT_KEYS = ("experiments", "seeds")
 # What the shared model build reads: an experiment may not change it.
 SHARED_SECTIONS = ("model", "tiny")
 # Folder names under results/ that are not experiments.
-RESERVED_NAMES = {layout.BASE, layout.REPORT, "logs", "benchmarks", "tracking", "mlartifacts", "offline", "shared"}
+RESERVED_NAMES = {layout.BASE, layout.REPORT, "logs", "benchmarks", "tracking", "mlartifacts", layout.OFFLINE_DIR, "shared"}
 
 
 @dataclass(frozen=True)

@@ -133,6 +133,13 @@ TRACKING_MARKER = "tracking.json"  # the folder's MLflow tracking job's marker
 PREFLIGHT_FIGURES = "preflight_figures.json"  # iteration 0 only
 PREFLIGHT_REPORT = "preflight.json"
 REPORT = "report"  # the run's report/ folder (and its jobs' logs/report/, benchmarks/report/)
+# report/'s files
+CURVES = "curves.png"  # reward and loss per iteration
+RUN_CONFIG = "config.yaml"  # the run's validated config
+HEALTH_FIGURE = "health.png"  # trained vs gold rewards and the image-health monitors
+COMPARE_TABLE = "compare.csv"  # a fan-out's comparison (rewardloop compare)
+COMPARE_FIGURE = "experiments.png"
+OFFLINE_DIR = "offline"  # data.offline_pairs, encoded once: pairs.parquet and latents.safetensors
 
 
 def signal_table(signal: str) -> str:
@@ -184,7 +191,7 @@ class GuidanceEval:
 
     @property
     def table(self) -> str:
-        return f"{self.name}.parquet"
+        return guidance_table(self.name)
 
     @property
     def metrics(self) -> str:
@@ -210,6 +217,11 @@ class GuidanceEval:
     @classmethod
     def is_name(cls, name: str) -> bool:
         return _GUIDANCE_NAME.fullmatch(name) is not None
+
+
+def guidance_table(name: str) -> str:
+    """The eval table of a further guidance eval's ``name`` (or the {guidance_eval} pattern)."""
+    return f"{name}.parquet"
 
 
 def guidance_evals(scales: Iterable[float] | None) -> tuple[GuidanceEval, ...]:
@@ -258,16 +270,17 @@ class RunLayout:
     def logs_dir(self, folder: str) -> str:
         return f"{self.root}/logs/{folder}"
 
-    def log(self, folder: str, job: str) -> str:
-        """The log of a job writing into ``folder`` (a folder name: ``base``, ``iter_{it}``, ``report``)."""
-        return f"{self.logs_dir(folder)}/{job}.log"
+    def log(self, folder: str | None, job: str) -> str:
+        """The log of a job writing into ``folder`` (a folder name: ``base``, ``iter_{it}``, ``report``; None:
+        a job of the whole run, such as the model's build)."""
+        return f"{self.root}/logs/{job}.log" if folder is None else f"{self.logs_dir(folder)}/{job}.log"
 
     def benchmarks_dir(self, folder: str) -> str:
         return f"{self.root}/benchmarks/{folder}"
 
-    def benchmark(self, folder: str, job: str) -> str:
-        """The Snakemake benchmark TSV of a job writing into ``folder`` (a folder name)."""
-        return f"{self.benchmarks_dir(folder)}/{job}.tsv"
+    def benchmark(self, folder: str | None, job: str) -> str:
+        """The Snakemake benchmark TSV of a job writing into ``folder`` (a folder name; None: the whole run's)."""
+        return f"{self.root}/benchmarks/{job}.tsv" if folder is None else f"{self.benchmarks_dir(folder)}/{job}.tsv"
 
     @property
     def report_dir(self) -> str:
@@ -283,7 +296,7 @@ class RunLayout:
 
     @property
     def offline_dir(self) -> str:
-        return self.folder("offline")
+        return self.folder(OFFLINE_DIR)
 
     @property
     def best_file(self) -> str:

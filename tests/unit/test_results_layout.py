@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -135,3 +136,51 @@ def test_importing_it_is_cheap():
             "print(sorted(m for m in ('torch', 'pandas', 'pyarrow', 'numpy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+# ------------------------------------------------------------------ the layout module owns the paths
+
+ROOT = Path(__file__).resolve().parents[2]
+# A run folder's names: a code string that holds one (without spaces, so not a message) spells a path of
+# results/ outside the layout module. (The folder prefixes not followed by a letter: iter_dir is a name.)
+ARTIFACT_NAMES = (layout.SAMPLES, layout.LATENTS, layout.SCORES, layout.EVAL_TABLE, layout.GRID, layout.EVAL_GRID,
+                  layout.HEALTH, layout.GUARD_VERDICT, layout.GUARD_STOPPED, layout.TRACKING_MARKER,
+                  layout.PREFLIGHT_FIGURES, layout.PREFLIGHT_REPORT, layout.CURVES, layout.HEALTH_FIGURE,
+                  layout.COMPARE_TABLE, layout.COMPARE_FIGURE, layout.BENCHMARK_REPORT, *map(layout.signal_table,
+                  layout.SIGNALS))
+FOLDER_PREFIXES = (layout.ITERATION_PREFIX, layout.GuidanceEval(1).name.rstrip("1"))
+# Names that are not paths of results/: an image's name inside an MLflow child run; what a user passes
+# to `rewardloop score` (its metavars).
+NOT_RESULTS_PATHS = {("src/rewardloop/tracking/runs.py", '"eval_grid.png"'),
+                     ("src/rewardloop/tracking/runs.py", '"rollout_grid.png"'),
+                     ("src/rewardloop/score_cli.py", '"DIR|samples.parquet"'),
+                     ("src/rewardloop/score_cli.py", '"scores.parquet"')}
+
+
+def code_strings(path: Path):
+    """(line, literal) of every string in ``path``'s code (Python, or Snakemake's rules, which Python's
+    tokenizer reads too), without docstrings and comments; an f-string without its {expressions}."""
+    import io
+    import tokenize
+
+    for token in tokenize.generate_tokens(io.StringIO(path.read_text()).readline):
+        if token.type == tokenize.STRING and not re.match(r"[rbfuRBFU]*('''|\"\"\")", token.string):
+            yield token.start[0], re.sub(r"\{[^{}]*\}", "", token.string)
+
+
+def test_no_path_of_a_run_folder_is_spelled_outside_the_layout_module():
+    sources = [*ROOT.glob("rules/*.smk"), ROOT / "Snakefile", *ROOT.glob("scripts/*.py"),
+               *(p for p in (ROOT / "src/rewardloop").rglob("*.py") if p.name != "results_layout.py")]
+    names = re.compile("|".join([*map(re.escape, ARTIFACT_NAMES), *(f"{re.escape(p)}(?![a-z])" for p in FOLDER_PREFIXES)]))
+    spelled = [f"{path.relative_to(ROOT)}:{line}: {literal}" for path in sources
+               for line, literal in code_strings(path)
+               if names.search(literal) and not re.search(r"\s", literal)
+               and (str(path.relative_to(ROOT)), literal) not in NOT_RESULTS_PATHS]
+    assert not spelled, "\n".join(spelled)
+
+
+def test_the_path_check_finds_a_spelled_path(tmp_path):
+    rules = tmp_path / "rules.smk"
+    rules.write_text('rule x:\n    """iter_ in a docstring"""\n    # results/iter_000 in a comment\n'
+                     '    output: f"{RESULTS}/iter_{{it}}/samples.parquet"\n')
+    assert [literal for _, literal in code_strings(rules)] == ['f"/iter_{}/samples.parquet"']

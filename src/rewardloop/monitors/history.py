@@ -81,7 +81,7 @@ def report(results, file=None) -> str | None:
     line = (f"rewardloop: REWARD-HACKING GUARD: breaches in {results} at "
             + "; ".join(f"iteration {v['iteration']}: {guard_checks(v) or 'ok'}" for v in breached)
             + f" (details: {layout.iteration_name('XXX')}/{layout.GUARD_VERDICT} or {layout.GUARD_STOPPED}, "
-              f"{layout.REPORT}/health.png)")
+              f"{layout.REPORT}/{layout.HEALTH_FIGURE})")
     print(line, file=file or sys.stderr)
     return line
 

@@ -12,6 +12,7 @@ import os
 import time
 from pathlib import Path
 
+from rewardloop import results_layout as layout
 from rewardloop.runtime import cpu_kernels
 
 
@@ -28,7 +29,7 @@ def probe(out: Path, threads: int, unet_steps: int, vae_steps: int) -> dict:
     build_tiny_sd15(model, seed=0, vae_steps=vae_steps, unet_steps=unet_steps, num_threads=threads, progress=False)
     seconds = time.perf_counter() - start
     start = time.perf_counter()
-    one_iteration(model, out / "iter_000", threads)
+    one_iteration(model, out / layout.iteration_name(0), threads)
     iteration_seconds = time.perf_counter() - start
     digests = {str(p.relative_to(out)): tensor_digest(p) for p in sorted(out.rglob("*.safetensors"))
                if "state" not in p.parts}
@@ -59,15 +60,14 @@ def one_iteration(model: Path, out: Path, threads: int) -> None:
         "prompts": {"train": str(prompts), "eval": str(prompts)},
         "generate": {"prompts_per_iteration": 8, "images_per_prompt": 4, "steps": 5, "resolution": 32, "batch_size": 32},
         "train": {"steps": 16, "batch_size": 8, "checkpointing_steps": 100}})
+    samples, latents, scores, pair_table = (out / name for name in (
+        layout.SAMPLES, layout.LATENTS, layout.SCORES, layout.signal_table("pairs")))
     generate.run(config.stage_config(cfg, "seed", "model", "prompts", "generate", "device"), 0, None,
-                 out / "samples.parquet", out / "latents.safetensors", out / "generate.json", threads=threads,
-                 progress=False)
-    score.run(config.stage_config(cfg, "rewards", "score"), out / "samples.parquet", out / "scores.parquet",
-              out / "score.json", progress=False)
-    pairs.run(config.stage_config(cfg, "pairs"), out / "scores.parquet", out / "pairs.parquet", out / "pairs.json")
-    train.run(config.stage_config(cfg, "seed", "model", "train", "data", "device"), 0, out / "pairs.parquet",
-              out / "latents.safetensors", None, out / "train", out / "state", out / "train.json", threads=threads,
-              progress=False)
+                 samples, latents, out / "generate.json", threads=threads, progress=False)
+    score.run(config.stage_config(cfg, "rewards", "score"), samples, scores, out / "score.json", progress=False)
+    pairs.run(config.stage_config(cfg, "pairs"), scores, pair_table, out / "pairs.json")
+    train.run(config.stage_config(cfg, "seed", "model", "train", "data", "device"), 0, pair_table,
+              latents, None, out / "train", out / "state", out / "train.json", threads=threads, progress=False)
 
 
 def main(argv: list[str] | None = None) -> None:

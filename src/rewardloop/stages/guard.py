@@ -12,10 +12,10 @@ import sys
 from pathlib import Path
 from typing import Mapping
 
+from rewardloop import results_layout as layout
 from rewardloop.artifacts import write_json
 from rewardloop.monitors.guard import gold_breaches, health_breaches, verdict
 from rewardloop.monitors.history import health_values
-from rewardloop.results_layout import GUARD_STOPPED
 
 
 class GuardStop(RuntimeError):
@@ -34,7 +34,7 @@ def run(guard_cfg: Mapping, iteration: int, health: tuple[str, str], eval_metric
     golds = {name: tuple(_mean(p, f"gold/{name}/mean") for p in pair) for name, pair in gold.items()}
     breaches = health_breaches(guard_cfg, base_health, it_health) + gold_breaches(guard_cfg, reward, golds)
     result = verdict(iteration, breaches, bool(guard_cfg["stop"]))
-    stopped = Path(verdict_path).with_name(GUARD_STOPPED)
+    stopped = Path(verdict_path).with_name(layout.GUARD_STOPPED)
     for breach in breaches:
         print(f"REWARD-HACKING GUARD, iteration {iteration}: {breach.message} (guard.{breach.check.split(' ')[0]})",
               file=sys.stderr, flush=True)
@@ -42,7 +42,7 @@ def run(guard_cfg: Mapping, iteration: int, health: tuple[str, str], eval_metric
         write_json(result, stopped)
         raise GuardStop(f"guard.stop: iteration {iteration} breached {len(breaches)} guard threshold(s) (above); "
                         f"the run stops before iteration {iteration + 1} trains. Every finished file is kept. "
-                        f"Look at {Path(verdict_path).parent}/eval_grid.png and report/health.png; to go on "
+                        f"Look at {Path(verdict_path).parent}/{layout.EVAL_GRID} and {layout.REPORT}/{layout.HEALTH_FIGURE}; to go on "
                         "anyway: --config guard.stop=false")
     stopped.unlink(missing_ok=True)
     write_json(result, verdict_path)

@@ -134,6 +134,6 @@ def log_benchmarks(run_json, rows: list, folders: Mapping[str, int], table_csv) 
     points = values.benchmark_points(rows, folders, int(time.time() * 1000))
     mlflow_client = client(parent["tracking_uri"])
     log_values(mlflow_client, parent["run_id"], metrics=points)
-    log_artifacts(mlflow_client, parent["tracking_uri"], parent["run_id"], {"benchmarks.csv": str(table_csv)},
+    log_artifacts(mlflow_client, parent["tracking_uri"], parent["run_id"], {layout.BENCHMARK_REPORT: str(table_csv)},
                   "benchmark")
     return len(points)
