@@ -3,8 +3,6 @@
 # gathers them into the same files (equal byte for byte to an unsharded run's); see Sharding in common.smk.
 
 
-
-
 rule:
     name: GENERATE_SHARDING.work_rule
     group: ITERATION_GROUP
