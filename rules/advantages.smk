@@ -18,8 +18,7 @@ rule advantages:
         RUN.benchmark(ITER_NAME, "advantages")
     threads: 1
     resources:
-        mem_mb=2000,
-        runtime=10,
+        **TABLE_JOB,
     conda:
         "../envs/rewardloop.yaml"
     script:

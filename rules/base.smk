@@ -23,8 +23,7 @@ if SHARED_RESULTS:
             RUN.benchmark(layout.BASE, "share_base")
         threads: 1
         resources:
-            mem_mb=1000,
-            runtime=5,
+            **LIGHT_JOB,
         conda:
             "../envs/rewardloop.yaml"
         script:
@@ -45,8 +44,7 @@ if SHARED_RESULTS:
             RUN.benchmark(layout.BASE, "share_base_{guidance_eval}")
         threads: 1
         resources:
-            mem_mb=1000,
-            runtime=5,
+            **LIGHT_JOB,
         conda:
             "../envs/rewardloop.yaml"
         script:

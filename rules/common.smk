@@ -201,6 +201,13 @@ ITERATION_GROUP = "iteration_{it}" if GROUPED else None
 LOCAL_UNLESS_GROUPED = not GROUPED
 
 
+# The jobs that load no model, in two sizes (a SLURM profile's set-resources overrides either per rule):
+# LIGHT_JOB copies or writes a small file (a marker, the guard's verdict, the run's config);
+# TABLE_JOB reads an iteration's or a run's tables (pairs, advantages, MLflow's points, the plots).
+LIGHT_JOB = {"mem_mb": 1000, "runtime": 5}
+TABLE_JOB = {"mem_mb": 2000, "runtime": 10}
+
+
 def job_resources(extra_mem_mb=0, gpu=None):
     """mem_mb, runtime and gpu of a job; gpu defaults to a model job's (see src/rewardloop/runtime/resources.py)."""
     return {

@@ -59,8 +59,7 @@ rule compare_experiments:
         RUN.benchmark(layout.REPORT, "compare_experiments")
     threads: 1
     resources:
-        mem_mb=2000,
-        runtime=10,
+        **TABLE_JOB,
     conda:
         "../envs/rewardloop.yaml"
     script:

@@ -86,8 +86,7 @@ rule guard:
         RUN.benchmark(ITER_NAME, "guard")
     threads: 1
     resources:
-        mem_mb=1000,
-        runtime=5,
+        **LIGHT_JOB,
     conda:
         "../envs/rewardloop.yaml"
     script:
@@ -117,8 +116,7 @@ rule plot_health:
         RUN.benchmark(layout.REPORT, "plot_health")
     threads: 1
     resources:
-        mem_mb=2000,
-        runtime=10,
+        **TABLE_JOB,
     conda:
         "../envs/rewardloop.yaml"
     script:
@@ -142,8 +140,7 @@ rule best:
         RUN.benchmark(layout.REPORT, "best")
     threads: 1
     resources:
-        mem_mb=1000,
-        runtime=5,
+        **LIGHT_JOB,
     conda:
         "../envs/rewardloop.yaml"
     script:

@@ -17,8 +17,7 @@ rule pairs:
         RUN.benchmark(ITER_NAME, "pairs")
     threads: 1
     resources:
-        mem_mb=2000,
-        runtime=10,
+        **TABLE_JOB,
     conda:
         "../envs/rewardloop.yaml"
     script:

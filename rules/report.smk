@@ -25,8 +25,7 @@ rule plot_curves:
         RUN.benchmark(layout.REPORT, "plot_curves")
     threads: 1
     resources:
-        mem_mb=2000,
-        runtime=10,
+        **TABLE_JOB,
     conda:
         "../envs/rewardloop.yaml"
     script:
@@ -50,8 +49,7 @@ rule report_config:
         RUN.benchmark(layout.REPORT, "config")
     threads: 1
     resources:
-        mem_mb=1000,
-        runtime=5,
+        **LIGHT_JOB,
     conda:
         "../envs/rewardloop.yaml"
     script:
@@ -79,8 +77,7 @@ rule benchmark_table:
         RUN.benchmark(layout.REPORT, "benchmark_table")
     threads: 1
     resources:
-        mem_mb=1000,
-        runtime=5,
+        **LIGHT_JOB,
     conda:
         "../envs/rewardloop.yaml"
     script:

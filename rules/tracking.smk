@@ -34,8 +34,7 @@ rule tracking_run:
         RUN.benchmark("tracking", "run")
     threads: 1
     resources:
-        mem_mb=2000,
-        runtime=10,
+        **TABLE_JOB,
     conda:
         "../envs/rewardloop.yaml"
     script:
@@ -67,8 +66,7 @@ rule track_iteration:
         RUN.benchmark(ITER_NAME, "tracking")
     threads: 1
     resources:
-        mem_mb=2000,
-        runtime=10,
+        **TABLE_JOB,
     conda:
         "../envs/rewardloop.yaml"
     script:
@@ -95,8 +93,7 @@ rule track_base:
         RUN.benchmark(layout.BASE, "tracking")
     threads: 1
     resources:
-        mem_mb=2000,
-        runtime=10,
+        **TABLE_JOB,
     conda:
         "../envs/rewardloop.yaml"
     script:
