@@ -86,13 +86,14 @@ onstart:
 
 # The end of a run that ran jobs (Snakemake calls neither hook on "Nothing to be done"): the failure
 # lines of tracking and the guard on stderr, then (on success) what happened and where to look on
-# stdout: the summary table, or a fan-out's comparison headline (src/rewardloop/end_of_run.py).
+# stdout: the summary table, or a fan-out's comparison headline (src/rewardloop/reports/end_of_run.py).
 onsuccess:
     warm.stop()
     job_records.keep("results")
     if KEPT:
         KEPT.release()
-    from rewardloop import end_of_run, tracking
+    from rewardloop import tracking
+    from rewardloop.reports import end_of_run
 
     from rewardloop.monitors import history
 

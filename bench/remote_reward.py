@@ -1,6 +1,6 @@
 """Remote vs in-process scoring throughput of the same reward (issue 31 §6).
 
-Starts `rewardloop serve-reward` (rewardloop.serve_reward_cli) on a free 127.0.0.1 port, then scores the
+Starts `rewardloop serve-reward` (rewardloop.cli.serve_reward) on a free 127.0.0.1 port, then scores the
 same rendered images in-process (RewardSet with the reward itself) and through the server (RewardSet
 with a `remote:` entry), in batches of 1, 8 and 32 (one request per batch). Prints images/s of each,
 their ratio (remote / in-process) and the server's overhead per request (the extra seconds a batch

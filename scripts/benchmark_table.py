@@ -3,8 +3,8 @@ from rewardloop.runtime.snakemake_job import job
 
 with job(snakemake):  # noqa: F821
     from rewardloop.artifacts import atomic_path
-    from rewardloop.benchmark_table import columns, rows
-    from rewardloop.text_tables import csv_text
+    from rewardloop.reports.benchmark_table import columns, rows
+    from rewardloop.reports.text_tables import csv_text
 
     table, folders = rows(snakemake.params.results)
     with atomic_path(snakemake.output.table) as tmp:

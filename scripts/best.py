@@ -2,6 +2,6 @@
 from rewardloop.runtime.snakemake_job import job
 
 with job(snakemake):  # noqa: F821
-    from rewardloop import best
+    from rewardloop.reports import best
 
     best.export_best(snakemake.params.results, snakemake.output.best, guard=snakemake.params.guard)

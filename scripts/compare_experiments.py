@@ -5,7 +5,7 @@ with job(snakemake):  # noqa: F821
     from pathlib import Path
 
     from rewardloop.artifacts import atomic_path
-    from rewardloop.compare import format_csv, plot, rows
+    from rewardloop.reports.compare import format_csv, plot, rows
 
     # results/report/compare.csv: the fan-out's results/, the config's runs alone
     table = rows(Path(snakemake.output.table).parents[1], only=snakemake.params.runs)

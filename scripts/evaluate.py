@@ -18,7 +18,7 @@ with job(snakemake):  # noqa: F821
     )
     if "health" in snakemake.output.keys():
         from rewardloop import results_layout as layout
-        from rewardloop.grids import load_scored, write_grid
+        from rewardloop.reports.grids import load_scored, write_grid
         from rewardloop.stages import health
 
         rollouts = "samples" in snakemake.input.keys()

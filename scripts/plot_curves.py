@@ -2,7 +2,7 @@
 from rewardloop.runtime.snakemake_job import job
 
 with job(snakemake):  # noqa: F821
-    from rewardloop.summary import plot_curves
+    from rewardloop.reports.summary import plot_curves
 
     plot_curves(
         snakemake.input.base_eval,

@@ -1,5 +1,5 @@
 """Reward servers for tests, each a subprocess on a free 127.0.0.1 port: `rewardloop serve-reward`
-(rewardloop.serve_reward_cli) and the stand-ins of other makes in unit/rewards/stand_in_servers.py."""
+(rewardloop.cli.serve_reward) and the stand-ins of other makes in unit/rewards/stand_in_servers.py."""
 
 from __future__ import annotations
 

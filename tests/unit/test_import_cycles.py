@@ -20,7 +20,7 @@ def test_the_package_graph_has_its_modules_and_packages():
     assert len(edges) > 100 and "rewardloop.objectives" in edges
     assert "rewardloop.objectives.registry" in edges["rewardloop.objectives"]  # `from pkg.mod import name`
     assert "rewardloop.objectives.awm" in edges["rewardloop.objectives"]  # `from pkg import module`
-    assert "rewardloop.artifacts" in edges["rewardloop.summary"]
+    assert "rewardloop.artifacts" in edges["rewardloop.reports.summary"]
 
 
 def test_cycles_are_found_and_named():

@@ -153,8 +153,8 @@ FOLDER_PREFIXES = (layout.ITERATION_PREFIX, layout.GuidanceEval(1).name.rstrip("
 # to `rewardloop score` (its metavars).
 NOT_RESULTS_PATHS = {("src/rewardloop/tracking/runs.py", '"eval_grid.png"'),
                      ("src/rewardloop/tracking/runs.py", '"rollout_grid.png"'),
-                     ("src/rewardloop/score_cli.py", '"DIR|samples.parquet"'),
-                     ("src/rewardloop/score_cli.py", '"scores.parquet"')}
+                     ("src/rewardloop/cli/score.py", '"DIR|samples.parquet"'),
+                     ("src/rewardloop/cli/score.py", '"scores.parquet"')}
 
 
 def code_strings(path: Path):

@@ -1,4 +1,4 @@
-"""The end of a successful run (Snakefile onsuccess, src/rewardloop/end_of_run.py): the summary table,
+"""The end of a successful run (Snakefile onsuccess, src/rewardloop/reports/end_of_run.py): the summary table,
 the guard's verdict, the best checkpoint and where to look, read from a finished run's files; a
 fan-out's comparison headline; and on the terminal of a real rerun, with no diffusers LoRA noise."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rewardloop import compare, end_of_run, summary
+from rewardloop.reports import compare, end_of_run, summary
 from rewardloop.artifacts import write_json
 from rewardloop.monitors.guard import Breach, verdict
 from workflow_helpers import copy_run, snakemake

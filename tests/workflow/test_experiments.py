@@ -19,7 +19,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from rewardloop import compare
+from rewardloop.reports import compare
 from rewardloop.config import ConfigError, deep_merge, validate
 from rewardloop.experiments import RUN_KEY, first_difference, plan_runs
 

@@ -66,7 +66,7 @@ def test_a_run_scores_with_a_flow_factory_protocol_server(tiny_model, tmp_path):
         snakemake(work)
         assert planned_jobs(snakemake(work, "-n")) == Counter()
         # a gold reward may be served too: `rewardloop rescore` of the finished run through the same server
-        from rewardloop.cli import main
+        from rewardloop.cli.main import main
 
         assert main(["rescore", str(work / "results"), "--reward", "level",
                      "--reward-option", f"level.remote={{url: '{url}', protocol: flow_factory}}"]) == 0

@@ -14,7 +14,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from rewardloop import results_layout, summary
+from rewardloop import results_layout
+from rewardloop.reports import summary
 from workflow_helpers import snakemake, tiny_overlay, write_overlay
 
 BIN = Path(sys.executable).parent
@@ -158,7 +159,7 @@ def _long_run(folder: Path, iterations: int = 12) -> None:
 
 
 def test_summary_table_fits_100_columns_and_timings_widen_it(tmp_path, capsys):
-    from rewardloop import cli
+    from rewardloop.cli import main as cli
 
     _long_run(tmp_path)
     assert cli.main(["summary", str(tmp_path)]) == 0
@@ -182,8 +183,8 @@ def test_a_benchmark_joins_the_report_through_one_job_and_a_further_checkpoint_r
     """After `rewardloop benchmark`, `snakemake` plans rule benchmark_table alone (the run itself is finished),
     which writes report/benchmarks.csv, the summary's table as CSV, into `snakemake --report`; a rerun plans
     nothing until a benchmark of another checkpoint is added."""
-    from rewardloop.benchmark_table import render
-    from rewardloop.cli import main
+    from rewardloop.reports.benchmark_table import render
+    from rewardloop.cli.main import main
     from workflow_helpers import copy_run, planned_jobs
 
     work = copy_run(results.parent, tmp_path / "run")

@@ -280,8 +280,8 @@ def test_a_moved_run_folder_reruns_nothing_and_mlflow_ui_shows_every_image(sqlit
 def test_a_benchmark_of_a_tracked_run_lands_in_its_parent_run(sqlite_run, tmp_path, monkeypatch, capsys):
     """`rewardloop benchmark` on a tracked run: benchmark/<set>/<metric> (mean, ci95, n) in the parent run at
     step = the model's iteration (base -1), equal to the table's, and the table as benchmark/benchmarks.csv."""
-    from rewardloop import benchmark_table
-    from rewardloop.cli import main
+    from rewardloop.reports import benchmark_table
+    from rewardloop.cli.main import main
 
     work = tmp_path / "run"
     shutil.copytree(sqlite_run, work, symlinks=True)  # the module's run stays as it is

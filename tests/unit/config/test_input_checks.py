@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from rewardloop import cli
+from rewardloop.cli import main as cli
 from rewardloop import config as cfgmod
 from rewardloop.config import ConfigError, startup_warnings
-from rewardloop.inspect import MAX_JSON_BYTES, describe
+from rewardloop.reports.inspect import MAX_JSON_BYTES, describe
 from workflow_helpers import ROOT
 
 

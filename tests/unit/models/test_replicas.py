@@ -313,7 +313,7 @@ def test_same_seed_same_bytes_other_seed_other_weights(replicas, tmp_path, one_t
 
 
 def test_cli_builds_a_replica(tmp_path, capsys, one_thread):
-    from rewardloop.cli import main
+    from rewardloop.cli.main import main
 
     out = tmp_path / "sdxl-tiny"
     assert main(["build-replica", "--family", "sdxl", "--out", str(out), "--seed", "2"]) == 0
@@ -549,7 +549,7 @@ def test_flux_tokenizers(pipes):
 
 
 def test_cli_variant(tmp_path, capsys, one_thread):
-    from rewardloop.cli import main
+    from rewardloop.cli.main import main
 
     out = tmp_path / "schnell"
     assert main(["build-replica", "--family", "flux", "--variant", "schnell", "--out", str(out)]) == 0

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 from PIL import Image
 
-from rewardloop import best
+from rewardloop.reports import best
 from rewardloop.artifacts import write_table
 from rewardloop.monitors import history
 from workflow_helpers import ROOT

@@ -1,4 +1,4 @@
-"""Remote rewards against real servers on 127.0.0.1: `rewardloop serve-reward` (rewardloop.serve_reward_cli)
+"""Remote rewards against real servers on 127.0.0.1: `rewardloop serve-reward` (rewardloop.cli.serve_reward)
 and stand-ins of other makes (stand_in_servers.py), each a subprocess on a free port; no mocks."""
 
 from __future__ import annotations

@@ -11,11 +11,13 @@ import pandas as pd
 import pytest
 from remote_servers import running, stand_in, stand_ins_module
 
-from rewardloop import benchmark_cli, benchmark_sets, benchmark_table
+from rewardloop import benchmark_sets
+from rewardloop.cli import benchmark
+from rewardloop.reports import benchmark_table
 from rewardloop import results_layout as layout
 from rewardloop.artifacts import read_table
-from rewardloop.best import choose
-from rewardloop.cli import main
+from rewardloop.reports.best import choose
+from rewardloop.cli.main import main
 from rewardloop.prompts import PromptFileError
 
 # color_match scores synthetic captions ("a red circle on a blue background"); jpeg_compressibility any prompt
@@ -45,7 +47,7 @@ def results(finished_run, tmp_path):
 
 
 def run(results, benchmarks, metrics=METRICS, checkpoints="base,last,best", **options):
-    return benchmark_cli.run_benchmarks(results, benchmarks, metrics, checkpoints,
+    return benchmark.run_benchmarks(results, benchmarks, metrics, checkpoints,
                                         images_per_prompt=IMAGES_PER_PROMPT, progress=False, **options)
 
 
@@ -123,24 +125,24 @@ def test_prompt_files_in_each_format(tmp_path):
 
 def test_unknown_checkpoints_metrics_and_specs_are_refused(finished_run, tmp_path):
     results = finished_run / "results"
-    assert benchmark_cli.select_checkpoints(results, "base,every:1") == {"base": -1, "iter_000": 0, "iter_001": 1}
-    assert benchmark_cli.select_checkpoints(results, "1,every:2,last") == {"iter_001": 1}
+    assert benchmark.select_checkpoints(results, "base,every:1") == {"base": -1, "iter_000": 0, "iter_001": 1}
+    assert benchmark.select_checkpoints(results, "1,every:2,last") == {"iter_001": 1}
     with pytest.raises(ValueError, match=r"--checkpoints 7: no .*iter_007/checkpoint \(iterations with a "
                                          r"checkpoint/: 0, 1\)"):
-        benchmark_cli.select_checkpoints(results, "base,7")
+        benchmark.select_checkpoints(results, "base,7")
     with pytest.raises(ValueError, match="expected base, last, best, every:K or an iteration number"):
-        benchmark_cli.select_checkpoints(results, "first")
+        benchmark.select_checkpoints(results, "first")
     with pytest.raises(ValueError, match="--checkpoints every:0: expected every:K"):
-        benchmark_cli.select_checkpoints(results, "every:0")
+        benchmark.select_checkpoints(results, "every:0")
     with pytest.raises(ValueError, match="--metric 'pickscor': not a registered reward; expected one of .*pickscore"):
-        benchmark_cli.parse_metrics(["pickscor"], None)
+        benchmark.parse_metrics(["pickscor"], None)
     with pytest.raises(ValueError, match="expected NAME=FILE:FORMAT"):
-        benchmark_cli.parse_benchmarks(["drawbench.csv"])
+        benchmark.parse_benchmarks(["drawbench.csv"])
     with pytest.raises(ValueError, match="format 'csv' is not one of drawbench, pickapic, ocr, text"):
-        benchmark_cli.parse_benchmarks(["db=drawbench.csv:csv"])
+        benchmark.parse_benchmarks(["db=drawbench.csv:csv"])
     _, ocr = write_sets(tmp_path / "sets")
     with pytest.raises(ValueError, match=r"--benchmark ocr \(.*ocr.txt\): .*synthetic caption"):
-        benchmark_cli.run_benchmarks(results, ocr, METRICS, "base", progress=False)
+        benchmark.run_benchmarks(results, ocr, METRICS, "base", progress=False)
 
 
 def test_a_reward_model_is_a_metric(results, tmp_path):
@@ -179,7 +181,7 @@ def test_geneval_through_a_geneval_server(results, tmp_path):
     path.write_text("".join(json.dumps(item) + "\n" for item in GENEVAL))
     rule = stand_ins_module()
     with running(stand_in("geneval"), tmp_path / "geneval.log") as (url, _):
-        metrics = benchmark_cli.parse_metrics(["geneval"], [f"geneval.remote={{url: {url}}}"])
+        metrics = benchmark.parse_metrics(["geneval"], [f"geneval.remote={{url: {url}}}"])
         written = run(results, {"geneval": (path, "geneval")}, metrics=metrics, checkpoints="base,last")
     assert len(written) == 2
     table, folders = benchmark_table.rows(results)

@@ -3,7 +3,7 @@
 - ``wire``: our protocol ``rewardloop/1`` (JSON, base64 PNG/JPEG images), its limits and errors,
   shared by the server and the client;
 - ``server`` and ``batching``: the FastAPI app that serves one registered reward, batching requests up
-  to the reward's batch size; ``serve_reward_cli`` starts it under uvicorn;
+  to the reward's batch size; ``rewardloop.cli.serve_reward`` starts it under uvicorn;
 - ``spec``: the ``remote:`` mapping of a reward entry, validated;
 - ``transport``: HTTP with timeouts and retries (transient errors retried with backoff, permanent ones not);
 - ``protocols``: what each protocol sends and reads (ours, Flow-Factory's ``POST /compute``);

@@ -14,7 +14,7 @@ from pathlib import Path
 from rewardloop import results_layout as layout
 from rewardloop.artifacts import benchmark_seconds, json_or_empty
 from rewardloop.monitors.history import guard_cell, guard_status
-from rewardloop.text_tables import add_table_command, aligned, csv_text
+from rewardloop.reports.text_tables import add_table_command, aligned, csv_text
 
 COLUMNS_HELP = """One line per iteration, the base model's eval first (iteration -1, "base" in the table):
   reward_mean, reward_std  the combined rollout reward of the iteration
@@ -135,7 +135,7 @@ def add_parser(commands) -> None:
 
 def _main(args) -> None:
     if args.benchmarks:
-        from rewardloop.benchmark_table import render as render_benchmarks
+        from rewardloop.reports.benchmark_table import render as render_benchmarks
 
         print(render_benchmarks(args.results, args.format))
     else:

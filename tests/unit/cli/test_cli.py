@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from rewardloop import __version__, cli
+from rewardloop import __version__
+from rewardloop.cli import main as cli
 from rewardloop.artifacts import write_json, write_table
 
 REWARDLOOP = str(Path(sys.executable).with_name("rewardloop"))

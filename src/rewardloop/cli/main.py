@@ -54,7 +54,7 @@ def _smoke_overlay(args) -> None:
 
 
 def _inspect(args) -> None:
-    from rewardloop.inspect import describe
+    from rewardloop.reports.inspect import describe
 
     for path in args.paths:
         print(describe(path, verbose=args.verbose))
@@ -135,15 +135,16 @@ def parser() -> argparse.ArgumentParser:
     listing = commands.add_parser("objectives", help="list the training objectives (train.loss) and their options")
     listing.set_defaults(func=_objectives)
 
-    from rewardloop import benchmark_cli, best, compare, rescore_cli, score_cli, serve_reward_cli, summary
+    from rewardloop.cli import benchmark, rescore, score, serve_reward
+    from rewardloop.reports import best, compare, summary
 
-    score_cli.add_parser(commands)
-    rescore_cli.add_parser(commands)
+    score.add_parser(commands)
+    rescore.add_parser(commands)
     summary.add_parser(commands)
     compare.add_parser(commands)
     best.add_parser(commands)
-    benchmark_cli.add_parser(commands)
-    serve_reward_cli.add_parser(commands)
+    benchmark.add_parser(commands)
+    serve_reward.add_parser(commands)
     for command in commands.choices.values():
         command.formatter_class = HelpFormatter
     return top

@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 from rewardloop import results_layout as layout
-from rewardloop.score_cli import parse_rewards
+from rewardloop.cli.score import parse_rewards
 
 
 def run_folders(results: Path) -> list[Path]:

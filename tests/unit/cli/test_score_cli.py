@@ -98,7 +98,7 @@ def test_score_errors(folder):
 
 
 def test_parse_rewards_options():
-    from rewardloop.score_cli import parse_rewards
+    from rewardloop.cli.score import parse_rewards
 
     cfg = parse_rewards(["ocr=2", "color_match"], ["ocr.backend=rapidocr", "color_match.max_distance=60"])
     assert cfg == {"ocr": {"weight": 2.0, "backend": "rapidocr"},

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from rewardloop import best, compare, summary
+from rewardloop.reports import best, compare, summary
 from rewardloop import results_layout as layout
 from rewardloop.artifacts import json_or_empty
 from rewardloop.monitors.history import folders, guard_cell, guard_status

@@ -65,7 +65,7 @@ def parse_metrics(names, options) -> dict:
     from rewardloop.rewards import available_rewards
     from rewardloop.rewards.base import check_options
     from rewardloop.rewards.remote.spec import is_remote
-    from rewardloop.score_cli import parse_rewards
+    from rewardloop.cli.score import parse_rewards
 
     metrics = parse_rewards(names, options)
     for name, spec in metrics.items():
@@ -92,7 +92,7 @@ def select_checkpoints(results: Path, spec: str) -> dict[str, int]:
             if item == "last":
                 chosen.add(max(exported))
             elif item == "best":
-                from rewardloop.best import choose
+                from rewardloop.reports.best import choose
 
                 chosen.add(choose(results)["iteration"])
             else:
@@ -210,9 +210,9 @@ def log_to_mlflow(results) -> int | None:
     import tempfile
 
     from rewardloop import tracking
-    from rewardloop.benchmark_table import columns, rows
-    from rewardloop.rescore_cli import workflow_directory
-    from rewardloop.text_tables import csv_text
+    from rewardloop.reports.benchmark_table import columns, rows
+    from rewardloop.cli.rescore import workflow_directory
+    from rewardloop.reports.text_tables import csv_text
 
     run_json = Path(layout.RunLayout(results).tracking_run).resolve()
     if not run_json.is_file() or json.loads(run_json.read_text()).get("status") != "ok":
@@ -227,7 +227,7 @@ def log_to_mlflow(results) -> int | None:
 
 
 def _main(args) -> None:
-    from rewardloop.benchmark_table import render
+    from rewardloop.reports.benchmark_table import render
 
     benchmarks = parse_benchmarks(args.benchmark)
     metrics = parse_metrics(args.metric, args.reward_option)

@@ -1,4 +1,4 @@
-"""rewardloop.grids: the contact sheet of an iteration's images (a row per prompt, a column per image, the
+"""rewardloop.reports.grids: the contact sheet of an iteration's images (a row per prompt, a column per image, the
 reward under each), from samples.parquet + scores.parquet or from eval.parquet alone."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 from PIL import Image
 
-from rewardloop import grids
+from rewardloop.reports import grids
 from rewardloop.artifacts import provenance, write_table
 from rewardloop.stages.common import to_arrow
 

@@ -15,8 +15,8 @@ import math
 from pathlib import Path
 
 from rewardloop import results_layout as layout
-from rewardloop.compare import ci95
-from rewardloop.text_tables import aligned, csv_text
+from rewardloop.reports.compare import ci95
+from rewardloop.reports.text_tables import aligned, csv_text
 
 STATISTICS = ("mean", "ci95", "n")
 

@@ -25,7 +25,7 @@ from typing import Iterable, Mapping
 
 from rewardloop import results_layout as layout
 from rewardloop.artifacts import benchmark_seconds, json_or_empty
-from rewardloop.text_tables import add_table_command, aligned, csv_text
+from rewardloop.reports.text_tables import add_table_command, aligned, csv_text
 
 COLUMNS = ["experiment", "iteration", "seeds", "eval_mean", "eval_ci95", "eval_gain", "eval_min", "eval_max",
            "rollouts", "train_s", "wall_s"]

@@ -1,4 +1,4 @@
-"""rewardloop.text_tables: the aligned console table and the CSV of `rewardloop summary` / `compare`."""
+"""rewardloop.reports.text_tables: the aligned console table and the CSV of `rewardloop summary` / `compare`."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import csv
 import io
 
-from rewardloop.text_tables import add_table_command, aligned, csv_text
+from rewardloop.reports.text_tables import add_table_command, aligned, csv_text
 
 
 def test_aligned_right_aligns_every_column_to_its_widest_cell():
