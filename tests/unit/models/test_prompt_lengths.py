@@ -77,7 +77,11 @@ def test_what_is_flagged_is_what_the_pipeline_cuts(sd3_replica):
     pipe = models.load_pipeline({"family": "sd3", "path": str(sd3_replica)})
     pipe.text_encoder_3 = pipe.tokenizer_3 = None  # CLIP's part alone
     embeds = get_family("sd3").encode(pipe, [PREFIX + "a red door", PREFIX + "a blue window"])["prompt_embeds"]
-    assert torch.equal(embeds[0], embeds[1])
+    # Equal to rounding: the two rows of one batch may take different kernel paths (measured on an Intel Xeon
+    # with AVX-512 at one thread: 1.2e-7 apart), while the same endings inside the 77 tokens differ by ~0.7.
+    torch.testing.assert_close(embeds[0], embeds[1], rtol=0, atol=1e-5)
+    inside = get_family("sd3").encode(pipe, ["a red door", "a blue window"])["prompt_embeds"]
+    assert (inside[0] - inside[1]).abs().max() > 0.1
 
 
 def test_the_default_run_has_no_over_long_prompt_and_many_are_summarised():

@@ -128,9 +128,10 @@ def test_scores_match_the_published_forward(standin, reward, images):
     text = reward.tokenize(PROMPTS)
     expected = reference_scores(state, med, pixels, text.input_ids, text.attention_mask)
     np.testing.assert_allclose(scores, expected, rtol=1e-4, atol=1e-5)
-    # one pair at a time (as ImageReward.score) equals the batch
+    # one pair at a time (as ImageReward.score) equals the batch, to float32 rounding: a batch of 1 and of 4 take
+    # different matmul paths (measured on an Intel Xeon with AVX-512 at one thread: 1.1e-5 relative)
     single = np.array([reward.score([image], [prompt])[0][0] for image, prompt in zip(images, PROMPTS)])
-    np.testing.assert_allclose(single, scores, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(single, scores, rtol=1e-4, atol=1e-5)
 
 
 def test_scores_are_deterministic_and_depend_on_image_and_prompt(standin, reward, images):
