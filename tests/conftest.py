@@ -20,6 +20,17 @@ cpu_kernels.pin("auto", "cpu")
 # other worker's time (a short 2-thread tiny build and iteration beside another job: 111.5 + 31.2 s with
 # libgomp's default waits, 48.1 + 8.5 s passive, the same bytes). Passive waits change scheduling only.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+if "MUTANT_UNDER_TEST" in os.environ:
+    # `make mutation` forks a child per mutant from a process whose tests made progress bars. tqdm's default
+    # lock is a semaphore shared across fork and its monitor thread takes it every 10 s: one child killed on
+    # its time limit while holding it left every later bar waiting forever (measured: the parent's monitor and
+    # each later Trainer hung in TqdmDefaultWriteLock.acquire), and mutmut scores such hangs as caught.
+    import threading
+
+    from tqdm import tqdm
+
+    tqdm.set_lock(threading.RLock())
+    tqdm.monitor_interval = 0
 ROOT = Path(__file__).resolve().parents[1]
 # The thread count the session's tiny models are built with: a build's bytes depend on it, and torch's count
 # is whatever the process last set (test modules set 1 at import, a stage called in-process sets its own), so
