@@ -11,7 +11,8 @@ before anything computes in every process that does. The Snakefile calls ``pin``
 validated, before any job starts (its own process imports no torch); the jobs inherit the variables
 (Snakemake's job processes, the warm worker that ``onstart`` launches and its forks); the
 ``rewardloop`` command calls it before its subcommand runs. A variable already set in the
-environment wins, and is said. Measured, and the cost: docs/reliability.md#the-same-bytes-on-every-x86-64-cpu.
+environment wins, and is said. Measured, and the cost: docs/reliability.md#the-same-bytes-on-every-x86-64-cpu
+(the same bytes on AMD EPYCs and simulated AVX2-only CPUs; an Intel Xeon with AMX still differs, open).
 
 ``python -m rewardloop.runtime.kernel_probe OUT`` builds a short tiny model, trains it one iteration and
 prints the kernel level and the digests of the tensors: the test and bench/bench_cpu_kernels.py run it
