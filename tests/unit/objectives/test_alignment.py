@@ -129,7 +129,7 @@ def measurements(ratio_deviation: float) -> dict:
         "importance_ratio": alignment.measured({"rollouts": 4, "log_prob_mean_abs_diff": 1e-6,
                                                 "ratio_max_deviation": ratio_deviation}),
         "noise_level_0": alignment.measured({"latent_max_abs_diff": 0.01}),  # at its threshold: passes
-        "rollout_guidance": alignment.measured({"guidance_deviation": 3.5}),
+        "rollout_guidance": alignment.rollout_guidance([4.5, 1.0]),
         "start_loss": alignment.not_applicable("only DPO"),
     }}
 
@@ -164,7 +164,8 @@ def test_failure_message_names_each_failed_check_with_its_figures_thresholds_and
         "importance_ratio failed: rollouts = 4, log_prob_mean_abs_diff = 1e-06, ratio_max_deviation = 0.001235 "
         "(threshold: log_prob_mean_abs_diff <= 1e-05, ratio_max_deviation <= 0.001). "
         f"Usual causes: {alignment.CAUSES['importance_ratio']}. "
-        "rollout_guidance failed: guidance_deviation = 3.5 (threshold: guidance_deviation <= 1e-06). "
+        "rollout_guidance failed: rollout_guidance_scales = [1.0, 4.5], trained_guidance_scale = 1, "
+        "guidance_deviation = 3.5 (threshold: guidance_deviation <= 1e-06). "
         f"Usual causes: {alignment.CAUSES['rollout_guidance']}.")
     passing = measurements(ratio_deviation=0.0)
     passing["checks"]["rollout_guidance"]["figures"]["guidance_deviation"] = 0.0
