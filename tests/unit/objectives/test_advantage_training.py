@@ -48,7 +48,9 @@ def test_rank_shares_cover_the_batch_once_and_their_weighted_means_average_to_th
 
 
 def test_a_batch_smaller_than_the_processes_is_refused_naming_the_keys():
-    with pytest.raises(ObjectiveError, match=r"a batch of 2 sample\(s\) does not split over 3 processes.*train\.batch_size"):
+    expected = (r"^a batch of 2 sample\(s\) does not split over 3 processes \(every rank needs one\): "
+                r"raise train\.batch_size or lower train\.num_processes$")
+    with pytest.raises(ObjectiveError, match=expected):
         rank_share(2, 0, 3)
 
 

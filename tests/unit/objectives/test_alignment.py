@@ -115,7 +115,8 @@ def test_rollout_guidance_is_the_largest_distance_from_the_trained_scale():
     figures = alignment.rollout_guidance([4.5, 1.0, 2.0, 4.5])["figures"]
     assert figures == {"rollout_guidance_scales": [1.0, 2.0, 4.5], "trained_guidance_scale": 1.0,
                        "guidance_deviation": 3.5}
-    assert alignment.rollout_guidance(torch.tensor([4.5, 1.0]), trained_scale=2.0)["figures"]["guidance_deviation"] == 2.5
+    tensor_scales = alignment.rollout_guidance(torch.tensor([4.5, 1.0]), trained_scale=2.0)
+    assert tensor_scales["figures"]["guidance_deviation"] == 2.5
     assert alignment.rollout_guidance([1, 1])["figures"]["guidance_deviation"] == 0
 
 
