@@ -51,7 +51,7 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -n $(CORES) --dist loadfile -m "not workflow"
 
-# Mutation testing of the math and its wiring (pyproject.toml [tool.mutmut]; ~1.5 h on 2 cores), then
+# Mutation testing of the math and its wiring (pyproject.toml [tool.mutmut]; ~1 h on 2 cores), then
 # the survivors; `make mutation-smoke`: the named mutants CI also runs (docs/development.md).
 mutation: $(STAMP)
 	$(BIN)/python -m pip install --quiet -c constraints.txt mutmut
