@@ -125,12 +125,12 @@ def test_rollout_guidance_is_the_largest_distance_from_the_trained_scale():
 TOLERANCES = {"log_prob_tolerance": 1e-5, "ratio_tolerance": 1e-3, "ode_tolerance": 0.01, "loss_tolerance": 0.05}
 
 
-def measurements(ratio_deviation: float) -> dict:
+def measurements(ratio_deviation: float, rollout_scales=(4.5, 1.0)) -> dict:
     return {"objective": "grpo", "iteration": 0, "checks": {
         "importance_ratio": alignment.measured({"rollouts": 4, "log_prob_mean_abs_diff": 1e-6,
                                                 "ratio_max_deviation": ratio_deviation}),
         "noise_level_0": alignment.measured({"latent_max_abs_diff": 0.01}),  # at its threshold: passes
-        "rollout_guidance": alignment.rollout_guidance([4.5, 1.0]),
+        "rollout_guidance": alignment.rollout_guidance(rollout_scales),
         "start_loss": alignment.not_applicable("only DPO"),
     }}
 
@@ -152,9 +152,7 @@ def test_judge_holds_each_applicable_check_to_its_tolerances_and_constants():
                                           "causes": alignment.CAUSES["rollout_guidance"]}
     assert checks["start_loss"] == {"applies": False, "reason": "only DPO"}  # not judged, not counted
 
-    passing = measurements(ratio_deviation=1e-3)
-    passing["checks"]["rollout_guidance"]["figures"]["guidance_deviation"] = 0.0
-    assert alignment.judge(passing, TOLERANCES)["passed"] is True
+    assert alignment.judge(measurements(ratio_deviation=1e-3, rollout_scales=[1.0]), TOLERANCES)["passed"] is True
     none_apply = {"checks": {name: alignment.not_applicable("n/a") for name in alignment.CHECKS}}
     assert alignment.judge(none_apply, TOLERANCES) == {**none_apply, "passed": True}
 
@@ -168,9 +166,8 @@ def test_failure_message_names_each_failed_check_with_its_figures_thresholds_and
         "rollout_guidance failed: rollout_guidance_scales = [1.0, 4.5], trained_guidance_scale = 1, "
         "guidance_deviation = 3.5 (threshold: guidance_deviation <= 1e-06). "
         f"Usual causes: {alignment.CAUSES['rollout_guidance']}.")
-    passing = measurements(ratio_deviation=0.0)
-    passing["checks"]["rollout_guidance"]["figures"]["guidance_deviation"] = 0.0
-    assert alignment.failure_message(alignment.judge(passing, TOLERANCES)) == ""
+    passing = alignment.judge(measurements(ratio_deviation=0.0, rollout_scales=[1.0]), TOLERANCES)
+    assert alignment.failure_message(passing) == ""
 
 
 def test_every_check_has_its_limits_causes_and_reason_to_not_apply():
