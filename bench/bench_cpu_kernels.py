@@ -1,5 +1,5 @@
-"""What pinning the CPU kernels at AVX2 (config ``cpu_kernels``, runtime/cpu_kernels.py) costs, and
-what it buys: short tiny-model builds, each in a fresh process, pinned and native in turn.
+"""What pinning the CPU kernels (config ``cpu_kernels``, runtime/cpu_kernels.py: AVX2, MKL's COMPATIBLE
+branch) costs, and what it buys: short tiny-model builds, each in a fresh process, pinned and native in turn.
 
 Prints each build's seconds and torch's kernel level, the median pinned/native ratio, and whether the
 pinned builds equal a simulated AVX2-only CPU's bytes (and the native ones differ, on a CPU with more

@@ -95,8 +95,8 @@ def parser() -> argparse.ArgumentParser:
     build.add_argument("--threads", type=int, default=2, help="torch threads (part of the recipe: same seed and "
                        "threads give a bit-identical model)")
     build.add_argument("--cpu-kernels", choices=cpu_kernels.SETTINGS, default="auto",
-                       help="auto/avx2: AVX2 kernels, the same model on every x86-64 CPU (the config's cpu_kernels); "
-                            "native: the widest the CPU has")
+                       help="auto/avx2: pinned kernels, the same model on every x86-64 CPU with AVX2 (the config's "
+                            "cpu_kernels); native: the fastest the CPU has")
     build.set_defaults(func=_build_tiny)
 
     replica = commands.add_parser(

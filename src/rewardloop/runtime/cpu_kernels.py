@@ -1,18 +1,22 @@
-"""The instruction set the CPU kernels dispatch to, pinned (config ``cpu_kernels``), so that a CPU run
-computes the same bytes on every x86-64 CPU with AVX2, whatever else the CPU has.
+"""The CPU kernels pinned (config ``cpu_kernels``), so that a CPU run computes the same bytes on every
+x86-64 CPU with AVX2, Intel or AMD, whatever else it has.
 
 torch picks its kernels by the CPU it finds: ATen's vectorised ops (SLEEF maths, reductions) take
-512-bit vectors on an AVX-512 CPU, oneDNN's convolutions AVX-512 or AMX, MKL's BLAS its AVX-512
-paths. Float sums then add in another order, and the tiny model's pretraining amplifies the last-bit
-differences into other weights and another eval table. Each library has a variable that caps what it
-dispatches to (``PINNED``); each reads it once, when it first computes (ATen: its first dispatched
-operation, measured: an import of torch before it is harmless), so it must be in the environment
-before anything computes in every process that does. The Snakefile calls ``pin`` once the config is
-validated, before any job starts (its own process imports no torch); the jobs inherit the variables
-(Snakemake's job processes, the warm worker that ``onstart`` launches and its forks); the
-``rewardloop`` command calls it before its subcommand runs. A variable already set in the
-environment wins, and is said. Measured, and the cost: docs/reliability.md#the-same-bytes-on-every-x86-64-cpu
-(the same bytes on AMD EPYCs and simulated AVX2-only CPUs; an Intel Xeon with AMX still differs, open).
+512-bit vectors on an AVX-512 CPU, oneDNN's convolutions AVX-512 or AMX, and MKL's BLAS a code path by
+the CPU's vendor and model. Float sums then add in another order, and the tiny model's pretraining
+amplifies the last-bit differences into other weights and another eval table. Each library has a
+variable that fixes what it computes with (``PINNED``); MKL's is its conditional numerical
+reproducibility on the ``COMPATIBLE`` branch, the one Intel documents for Intel and non-Intel CPUs alike
+(its ``AVX2`` branch, pinned at first, holds on Intel CPUs only: an AMD EPYC and an Intel Xeon built
+different tiny models). Each library reads its variable once, when it first computes (ATen: its first
+dispatched operation, measured: an import of torch before it is harmless), so it must be in the
+environment before anything computes in every process that does. The Snakefile calls ``pin`` once the
+config is validated, before any job starts (its own process imports no torch); the jobs inherit the
+variables (Snakemake's job processes, the warm worker that ``onstart`` launches and its forks); the
+``rewardloop`` command calls it before its subcommand runs. A variable already set in the environment
+wins, and is said. Measured, and the cost: docs/reliability.md#the-same-bytes-on-every-x86-64-cpu
+(the same bytes on an Intel Xeon, under simulated AVX2-only CPUs and, for the networks' gradients,
+under an emulated AMD EPYC).
 
 ``python -m rewardloop.runtime.kernel_probe OUT`` builds a short tiny model, trains it one iteration and
 prints the kernel level and the digests of the tensors: the test and bench/bench_cpu_kernels.py run it
@@ -28,13 +32,15 @@ from pathlib import Path
 
 SETTINGS = ("auto", "avx2", "native")  # the config key's values (schemas/config.schema.yaml)
 
-# What each library dispatches by, capped at AVX2. NNPACK and numpy's own SIMD dispatch are left alone:
+# What each library computes with, fixed. NNPACK and numpy's own SIMD dispatch are left alone:
 # torch's CPU convolutions go through oneDNN, and the tiny build's bytes do not move with numpy's
 # AVX-512 kernels switched off (measured, docs/reliability.md).
 PINNED = {
     "ATEN_CPU_CAPABILITY": "avx2",  # torch's own kernels (ATen's DispatchStub): no AVX-512
     "ONEDNN_MAX_CPU_ISA": "AVX2",  # oneDNN: convolutions, bf16/int8 matmul; no AVX-512, no AMX
-    "MKL_CBWR": "AVX2",  # MKL's conditional numerical reproducibility: its AVX2 code path everywhere
+    # MKL's conditional numerical reproducibility, on its branch that holds across vendors: its AVX2 branch
+    # holds on Intel CPUs only (elsewhere MKL takes its AUTO branch: an AMD EPYC built another model)
+    "MKL_CBWR": "COMPATIBLE",
 }
 
 # What an AVX2-only CPU would dispatch to without the pin, simulated on a larger one (the test and the

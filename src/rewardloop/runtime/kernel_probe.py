@@ -3,7 +3,12 @@ process, run one DPO iteration on it through the real stages (generate, score, p
 print torch's kernel level, the seconds and the sha256 of the tensors of every weights file, the
 rollouts' latents and the trained LoRA.
 tests/unit/runtime/test_cpu_kernels.py and bench/bench_cpu_kernels.py run it in processes with the
-environments of runtime/cpu_kernels.probe_environment (pinned or not, an AVX2-only CPU simulated)."""
+environments of runtime/cpu_kernels.probe_environment (pinned or not, an AVX2-only CPU simulated).
+
+``--gradients``: instead, one forward and backward pass of the tiny SD1.5's VAE, text encoder and UNet
+(random weights, seed 0) and the sha256 of each one's gradients: the same convolutions, matmuls,
+attention and norms in ~1 s, short enough to run under an emulator of another CPU (``qemu-x86_64 -cpu
+EPYC-Rome-v2``), whose vendor and cache sizes the libraries then see (the test does)."""
 
 from __future__ import annotations
 
@@ -35,6 +40,38 @@ def probe(out: Path, threads: int, unet_steps: int, vae_steps: int) -> dict:
                if "state" not in p.parts}
     return {"capability": torch.backends.cpu.get_cpu_capability(), "threads": torch.get_num_threads(),
             "seconds": seconds, "iteration_seconds": iteration_seconds, "sha256": digests,
+            "variables": {k: os.environ.get(k) for k in cpu_kernels.PINNED}}
+
+
+def gradient_digests(threads: int) -> dict:
+    """One forward and backward pass of the tiny SD1.5's three networks (random weights, seed 0): the
+    kernel level and the sha256 of each network's gradients."""
+    import torch
+    from diffusers import AutoencoderKL, UNet2DConditionModel
+    from transformers import CLIPTextConfig, CLIPTextModel
+
+    from rewardloop.models.tiny_sd15 import IMAGE_SIZE, TEXT_CONFIG, UNET_CONFIG, VAE_CONFIG
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    vae = AutoencoderKL(**VAE_CONFIG)
+    text_encoder = CLIPTextModel(CLIPTextConfig(vocab_size=64, bos_token_id=0, eos_token_id=1, pad_token_id=1,
+                                                **TEXT_CONFIG))
+    unet = UNet2DConditionModel(**UNET_CONFIG)
+    images = torch.rand(4, 3, IMAGE_SIZE, IMAGE_SIZE) * 2 - 1
+    reconstruction = vae.decode(vae.encode(images).latent_dist.mean).sample
+    (reconstruction - images).pow(2).mean().backward()
+    hidden = text_encoder(torch.randint(2, 64, (4, 16))).last_hidden_state
+    latents = torch.randn(4, UNET_CONFIG["in_channels"], IMAGE_SIZE // 4, IMAGE_SIZE // 4)
+    unet(latents, torch.tensor([10, 200, 500, 900]), encoder_hidden_states=hidden).sample.pow(2).mean().backward()
+    digests = {}
+    for name, network in (("vae", vae), ("text_encoder", text_encoder), ("unet", unet)):
+        digest = hashlib.sha256()
+        for parameter in network.parameters():
+            if parameter.grad is not None:
+                digest.update(parameter.grad.numpy().tobytes())
+        digests[name] = digest.hexdigest()
+    return {"capability": torch.backends.cpu.get_cpu_capability(), "threads": threads, "sha256": digests,
             "variables": {k: os.environ.get(k) for k in cpu_kernels.PINNED}}
 
 
@@ -76,12 +113,19 @@ def main(argv: list[str] | None = None) -> None:
 
     parser = argparse.ArgumentParser(prog="python -m rewardloop.runtime.kernel_probe",
                                      description="build a short tiny model, train it one iteration, print the kernel level and digests")
-    parser.add_argument("out", type=Path)
+    parser.add_argument("out", type=Path, nargs="?", help="the folder the model and the iteration go to")
+    parser.add_argument("--gradients", action="store_true",
+                        help="only one forward and backward pass of the three networks: their gradients' sha256")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--unet-steps", type=int, default=60)
     parser.add_argument("--vae-steps", type=int, default=40)
     args = parser.parse_args(argv)
-    print(json.dumps(probe(args.out, args.threads, args.unet_steps, args.vae_steps)), flush=True)
+    if args.gradients:
+        print(json.dumps(gradient_digests(args.threads)), flush=True)
+    elif args.out is None:
+        parser.error("OUT is required (unless --gradients)")
+    else:
+        print(json.dumps(probe(args.out, args.threads, args.unet_steps, args.vae_steps)), flush=True)
 
 
 if __name__ == "__main__":

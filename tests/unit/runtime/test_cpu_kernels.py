@@ -4,8 +4,10 @@ with different variables, compared by the bytes of their weights."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -38,12 +40,47 @@ def test_pinned_builds_and_training_are_byte_identical_to_an_avx2_only_cpus_and_
           f"files that differ unpinned: {sorted(k for k in native['sha256'] if native['sha256'][k] != pinned['sha256'][k])}")
 
 
+QEMU = shutil.which("qemu-x86_64")
+# A CPU of the other vendor as qemu's user-mode emulator presents it to the libraries (its vendor, its cache
+# sizes, AVX2 without AVX-512): an Intel host emulates an AMD EPYC, an AMD host an Intel Haswell.
+OTHER_VENDOR = {"GenuineIntel": "EPYC-Rome-v2", "AuthenticAMD": "Haswell-v4"}
+
+
+def cpu_vendor() -> str:
+    line = next((line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("vendor_id")), "")
+    return line.partition(":")[2].strip()
+
+
+def gradients(env: dict, emulated: str | None = None) -> dict:
+    prefix = [QEMU, "-cpu", emulated] if emulated else []
+    result = subprocess.run([*prefix, sys.executable, "-m", "rewardloop.runtime.kernel_probe", "--gradients",
+                             "--threads", "2"], env=env, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+@pytest.mark.skipif(QEMU is None or not cpu_kernels.has_avx2() or cpu_vendor() not in OTHER_VENDOR,
+                    reason="needs qemu-user's qemu-x86_64 (CI installs it, .ci/run) on an Intel or AMD x86-64 CPU")
+def test_pinned_kernels_compute_the_same_gradients_on_an_emulated_cpu_of_the_other_vendor():
+    # ~2 min: the gradient probe natively and under qemu, pinned and with the first pin's MKL branch.
+    emulated = OTHER_VENDOR[cpu_vendor()]
+    pinned = cpu_kernels.probe_environment(pinned=True)
+    here, there = gradients(pinned), gradients(pinned, emulated)
+    assert there["capability"] == "AVX2"
+    assert here["sha256"] == there["sha256"]
+    # MKL's AVX2 branch (the first pin) holds on Intel CPUs only; elsewhere MKL takes its AUTO branch: the
+    # emulated CPU shows that difference, as a real AMD EPYC and an Intel Xeon did (another tiny model).
+    intel_branch = {**pinned, "MKL_CBWR": "AVX2"}
+    assert gradients(intel_branch)["sha256"] != gradients(intel_branch, emulated)["sha256"]
+
+
 def test_pin_sets_what_is_unset_and_keeps_and_names_what_the_user_set():
     env = {"ATEN_CPU_CAPABILITY": "avx512", "MKL_CBWR": "avx2"}
     lines = cpu_kernels.pin("auto", "cpu", env)
     assert env == {"ATEN_CPU_CAPABILITY": "avx512", "MKL_CBWR": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
     if cpu_kernels.has_avx2():
-        assert len(lines) == 1 and "ATEN_CPU_CAPABILITY=avx512 from the environment is kept" in lines[0]
+        assert len(lines) == 2 and "ATEN_CPU_CAPABILITY=avx512 from the environment is kept" in lines[0]
+        assert "MKL_CBWR=avx2 from the environment is kept (cpu_kernels auto would set COMPATIBLE)" in lines[1]
 
 
 @pytest.mark.parametrize(("setting", "device", "expected"), [
