@@ -132,8 +132,10 @@ def test_rewardloop_rescore_adds_the_files_without_touching_anything_else(finish
 HACK = {
     # DPO on JPEG compressibility at a learning rate 1400x the recipe's: in one iteration the images
     # collapse while the trained reward climbs. Measured on the session's tiny model (built with 1 thread),
-    # CPU kernels pinned as the tests run: diversity within a prompt 0.227 -> 0.091, reward -1.0702 ->
-    # -1.0647 (unpinned: 0.084, -1.0590; on a 2-thread build: 0.087, -1.0613). At 1000x (0.25) the
+    # CPU kernels pinned as the tests run: diversity within a prompt 0.227 -> 0.085, reward -1.0702 ->
+    # -1.0606 (under the first pin, MKL's Intel-only branch: 0.091, -1.0647 on an AMD EPYC, and the
+    # reward fell to -1.0714 on an Intel Xeon; unpinned: 0.084, -1.0590; on a 2-thread build: 0.087,
+    # -1.0613). At 1000x (0.25) the
     # 2-thread build's reward fell (-1.0797); at 2000x (0.5) iteration 1, training on the collapsed
     # model's near-identical pairs, once went to a NaN loss (CI): this run stops before iteration 1 trains.
     "rewards": {"color_match": None, "jpeg_compressibility": 1.0},
