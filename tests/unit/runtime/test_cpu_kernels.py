@@ -47,8 +47,11 @@ OTHER_VENDOR = {"GenuineIntel": "EPYC-Rome-v2", "AuthenticAMD": "Haswell-v4"}
 
 
 def cpu_vendor() -> str:
-    line = next((line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("vendor_id")), "")
-    return line.partition(":")[2].strip()
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:  # not Linux
+        return ""
+    return next((line.partition(":")[2].strip() for line in lines if line.startswith("vendor_id")), "")
 
 
 def gradients(env: dict, emulated: str | None = None) -> dict:
