@@ -38,8 +38,15 @@ def probe(out: Path, threads: int, unet_steps: int, vae_steps: int) -> dict:
     iteration_seconds = time.perf_counter() - start
     digests = {str(p.relative_to(out)): tensor_digest(p) for p in sorted(out.rglob("*.safetensors"))
                if "state" not in p.parts}
-    return {"capability": torch.backends.cpu.get_cpu_capability(), "threads": torch.get_num_threads(),
-            "seconds": seconds, "iteration_seconds": iteration_seconds, "sha256": digests,
+    return {**kernels_in_effect(), "threads": torch.get_num_threads(), "seconds": seconds,
+            "iteration_seconds": iteration_seconds, "sha256": digests}
+
+
+def kernels_in_effect() -> dict:
+    """torch's kernel level and the pin's variables as this process sees them."""
+    import torch
+
+    return {"capability": torch.backends.cpu.get_cpu_capability(),
             "variables": {k: os.environ.get(k) for k in cpu_kernels.PINNED}}
 
 
@@ -71,8 +78,7 @@ def gradient_digests(threads: int) -> dict:
             if parameter.grad is not None:
                 digest.update(parameter.grad.numpy().tobytes())
         digests[name] = digest.hexdigest()
-    return {"capability": torch.backends.cpu.get_cpu_capability(), "threads": threads, "sha256": digests,
-            "variables": {k: os.environ.get(k) for k in cpu_kernels.PINNED}}
+    return {**kernels_in_effect(), "threads": threads, "sha256": digests}
 
 
 def tensor_digest(path: Path) -> str:

@@ -65,7 +65,8 @@ def gradients(env: dict, emulated: str | None = None) -> dict:
 @pytest.mark.skipif(QEMU is None or not cpu_kernels.has_avx2() or cpu_vendor() not in OTHER_VENDOR,
                     reason="needs qemu-user's qemu-x86_64 (CI installs it, .ci/run) on an Intel or AMD x86-64 CPU")
 def test_pinned_kernels_compute_the_same_gradients_on_an_emulated_cpu_of_the_other_vendor():
-    # ~2 min: the gradient probe natively and under qemu, pinned and with the first pin's MKL branch.
+    # 346 s measured on 2 cores, mostly the two emulated runs: the gradient probe natively and under qemu,
+    # pinned and with the first pin's MKL branch.
     emulated = OTHER_VENDOR[cpu_vendor()]
     pinned = cpu_kernels.probe_environment(pinned=True)
     here, there = gradients(pinned), gradients(pinned, emulated)
