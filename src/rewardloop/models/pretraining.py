@@ -38,6 +38,13 @@ class Recipe:
     caption_dropout: float = 0.1
     num_threads: int | None = None
     pretrain_on: str = "train"
+    # Stop each phase after this many optimizer steps, its learning-rate schedule still that of the whole
+    # phase: the first steps of the real build, which a shipped model's proof rebuilds (models/tiny_builds.py)
+    stop_after: int | None = None
+
+    def phase_steps(self, steps: int) -> range:
+        """The optimizer steps a phase of ``steps`` runs: all of them, or the first ``stop_after``."""
+        return range(steps if self.stop_after is None else min(steps, self.stop_after))
 
     def start(self) -> tuple[np.random.Generator, list[str]]:
         """Threads and seeds set; (the data generator, the captions pretraining draws from)."""
@@ -60,17 +67,18 @@ def lr_at(step: int, total: int, peak: float, warmup: int = 100) -> float:
     return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def train_vae(vae, prompts, steps: int, batch_size: int, rng, kl_weight: float, lr: float, progress: bool):
+def train_vae(vae, prompts, recipe: Recipe, rng, progress: bool):
     """Train ``vae`` as an autoencoder on rendered images; return the loss history."""
+    steps, lr = recipe.vae_steps, recipe.vae_lr
     opt = torch.optim.AdamW(vae.parameters(), lr=lr, weight_decay=0.0)
     losses = []
-    for step in tqdm(range(steps), desc="vae", disable=not progress):
+    for step in tqdm(recipe.phase_steps(steps), desc="vae", disable=not progress):
         for group in opt.param_groups:
             group["lr"] = lr_at(step, steps, lr)
-        x = to_tensor(synthetic.make_batch(rng, batch_size, prompts, IMAGE_SIZE)[0])
+        x = to_tensor(synthetic.make_batch(rng, recipe.vae_batch_size, prompts, IMAGE_SIZE)[0])
         posterior = vae.encode(x).latent_dist
         recon = vae.decode(posterior.sample()).sample
-        loss = F.mse_loss(recon, x) + kl_weight * posterior.kl().mean() / posterior.mean[0].numel()
+        loss = F.mse_loss(recon, x) + recipe.kl_weight * posterior.kl().mean() / posterior.mean[0].numel()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -86,21 +94,22 @@ def sample_latents(vae, prompts, rng, n: int = 512) -> torch.Tensor:
 
 def pretrain_vae(vae, recipe: Recipe, rng, prompts, progress: bool) -> tuple[list[float], torch.Tensor]:
     """Train the autoencoder, freeze it; (its loss history, sampled latents to measure its scale on)."""
-    losses = train_vae(vae, prompts, recipe.vae_steps, recipe.vae_batch_size, rng, recipe.kl_weight, recipe.vae_lr,
-                       progress)
+    losses = train_vae(vae, prompts, recipe, rng, progress)
     vae.eval().requires_grad_(False)
     return losses, sample_latents(vae, prompts, rng)
 
 
-def train_denoiser(params: list, step_loss: Callable[[np.ndarray, list[str]], torch.Tensor], prompts, steps: int,
-                   batch_size: int, rng, lr: float, dropout: float, progress: bool, desc: str) -> list[float]:
-    """Train ``params`` on ``step_loss(images, captions)`` of rendered batches; return the loss history.
+def train_denoiser(params: list, step_loss: Callable[[np.ndarray, list[str]], torch.Tensor], prompts, recipe: Recipe,
+                   rng, progress: bool, desc: str) -> list[float]:
+    """Train ``params`` on ``step_loss(images, captions)`` of rendered batches for the recipe's denoiser
+    steps; return the loss history.
 
-    A caption is replaced by the empty one with probability ``dropout``; gradients are clipped to 1.
+    A caption is replaced by the empty one with probability ``caption_dropout``; gradients are clipped to 1.
     """
+    steps, lr, batch_size, dropout = recipe.unet_steps, recipe.unet_lr, recipe.batch_size, recipe.caption_dropout
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=1e-2)
     losses = []
-    for step in tqdm(range(steps), desc=desc, disable=not progress):
+    for step in tqdm(recipe.phase_steps(steps), desc=desc, disable=not progress):
         for group in opt.param_groups:
             group["lr"] = lr_at(step, steps, lr)
         images, captions = synthetic.make_batch(rng, batch_size, prompts, IMAGE_SIZE)

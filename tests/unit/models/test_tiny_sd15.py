@@ -90,3 +90,26 @@ def test_pretraining_prompts_all_or_train_only():
 def test_build_records_what_pretraining_saw(built):
     _, stats, _ = built
     assert stats["pretrain_on"] == "train"
+
+
+def test_stop_after_runs_the_first_steps_of_the_whole_schedule():
+    """``stop_after``: each phase's first steps of a longer build (what a shipped model's proof rebuilds),
+    not a short build: past the warm-up its learning rates are those of the whole schedule, so its weights
+    differ from a build of that many steps; within the warm-up they are the same."""
+    import torch
+
+    def trained(stop_after, steps):
+        weight = torch.nn.Parameter(torch.ones(3))
+        recipe = pretraining.Recipe(unet_steps=steps, batch_size=2, stop_after=stop_after)
+        losses = pretraining.train_denoiser([weight], lambda images, captions: (weight ** 2).sum(),
+                                            ["a red circle on a blue background"], recipe, np.random.default_rng(0),
+                                            False, "test")
+        return weight.detach().clone(), losses
+
+    first, first_losses = trained(105, 400)  # 5 steps past the 100 warm-up steps
+    short, short_losses = trained(None, 105)
+    assert len(first_losses) == len(short_losses) == 105
+    assert first_losses[:100] == short_losses[:100] and not torch.equal(first, short)
+    assert pretraining.Recipe(stop_after=3).phase_steps(200) == range(3)
+    assert pretraining.Recipe(stop_after=None).phase_steps(5) == range(5)
+    assert pretraining.Recipe(stop_after=9).phase_steps(5) == range(5)
