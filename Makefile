@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CORES ?= 2
 
-.PHONY: venv run test test-fast lint dry-run bench report summary mlflow-ui clean-results mutation mutation-smoke
+.PHONY: venv run test test-fast lint dry-run bench report summary mlflow-ui clean-results mutation mutation-smoke tiny tiny-check
 
 venv: $(STAMP)
 
@@ -36,6 +36,16 @@ $(STAMP): pyproject.toml constraints.txt
 
 run: $(STAMP)
 	$(BIN)/snakemake --cores $(CORES)
+
+# The default run's tiny model ships in resources/models/tiny-sd15 (its build_info.json says how it was built
+# and proves it: src/rewardloop/models/tiny_builds.py). `make tiny` rebuilds it in place (~12 min on 2 cores,
+# replaced only once complete); `make tiny-check` rebuilds it aside and compares the weights' bytes.
+TINY := resources/models/tiny-sd15
+tiny: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/rewardloop build-tiny --out $(TINY)
+
+tiny-check: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/rewardloop build-tiny --check --out $(TINY)
 
 dry-run: $(STAMP)
 	$(BIN)/snakemake -n

@@ -2,7 +2,8 @@
 from rewardloop.runtime.snakemake_job import job
 
 with job(snakemake):  # noqa: F821
-    from rewardloop.models.families import get_family
+    from rewardloop.models import tiny_builds
+    from rewardloop.runtime import cpu_kernels
 
-    tiny = dict(snakemake.params.tiny)
-    get_family(snakemake.params.family).build_tiny(snakemake.output.model, num_threads=tiny.pop("threads"), **tiny)
+    recipe = tiny_builds.recipe_record(snakemake.params.family, snakemake.params.tiny, cpu_kernels.in_effect())
+    tiny_builds.build(snakemake.output.model, recipe)

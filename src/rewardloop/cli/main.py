@@ -23,10 +23,22 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 
 def _build_tiny(args) -> None:
-    from rewardloop.models.families import get_family
+    from rewardloop.models import tiny_builds
 
-    get_family(args.family).build_tiny(args.out, seed=args.seed, vae_steps=args.vae_steps,
-                                       unet_steps=args.unet_steps, num_threads=args.threads)
+    if args.check:
+        differences = tiny_builds.rebuild_differences(args.out, cpu_kernels.in_effect())
+        if differences:
+            raise SystemExit(f"rewardloop build-tiny --check: a rebuild of {args.out} gives other bytes:\n  "
+                             + "\n  ".join(differences) + f"\nIf the builder's change is meant, refresh the "
+                             f"folder with `rewardloop build-tiny --out {args.out}` (make tiny), commit it, and "
+                             "update the figures that follow from it (README's table, test_default_run.py).")
+        refreshed = tiny_builds.refresh_builder_record(args.out)
+        print(f"rewardloop build-tiny --check: a rebuild of {args.out} gives its bytes"
+              + ("; its build_info.json now records the current builder (commit it)" if refreshed else ""))
+        return
+    tiny = {"seed": args.seed, "vae_steps": args.vae_steps, "unet_steps": args.unet_steps,
+            "pretrain_on": args.pretrain_on, "threads": args.threads}
+    tiny_builds.build(args.out, tiny_builds.recipe_record(args.family, tiny, cpu_kernels.in_effect()))
     print(f"tiny model written to {args.out}")
 
 
@@ -92,6 +104,11 @@ def parser() -> argparse.ArgumentParser:
                             "tests; the pretraining options do not apply)")
     build.add_argument("--vae-steps", type=int, default=1200, help="pretraining steps of the VAE")
     build.add_argument("--unet-steps", type=int, default=1200, help="pretraining steps of the denoiser")
+    build.add_argument("--pretrain-on", choices=("train", "all"), default="train",
+                       help="the captions pretraining sees: the train prompts only, or every combination")
+    build.add_argument("--check", action="store_true",
+                       help="rebuild the folder at --out from the recipe its build_info.json records, in a "
+                            "temporary folder, and compare the weights' bytes (exit 1 when they differ)")
     build.add_argument("--threads", type=int, default=2, help="torch threads (part of the recipe: same seed and "
                        "threads give a bit-identical model)")
     build.add_argument("--cpu-kernels", choices=cpu_kernels.SETTINGS, default="auto",

@@ -49,7 +49,7 @@ def test_a_family_without_a_tiny_builder_says_so():
         name = "no-tiny"
 
     with pytest.raises(base.FamilyError, match="model.family: no-tiny has no embedded tiny model"):
-        NoTiny().build_tiny("unused")
+        NoTiny().tiny_build_function()
 
 
 def test_cfg_batch_doubles_with_the_unconditional_rows_first_and_combine_guides():

@@ -96,15 +96,14 @@ class ModelFamily:
         """Extra ``from_pretrained`` arguments (e.g. components this workflow never uses, as None)."""
         return {name: None for name in self.unused_components}
 
-    def build_tiny(self, out_dir, seed: int = 0, **pretraining):
-        """Build the embedded tiny model (rule build_tiny_model, ``rewardloop build-tiny``)."""
+    def tiny_build_function(self):
+        """The function that builds the embedded tiny model (called through models/tiny_builds.py)."""
         import importlib
 
         if self.tiny_builder is None:
             raise FamilyError(f"model.family: {self.name} has no embedded tiny model")
         module, function = self.tiny_builder.split(":")
-        build = getattr(importlib.import_module(module), function)
-        return build(out_dir, seed=seed, **pretraining) if self.tiny_pretrained else build(out_dir, seed=seed)
+        return getattr(importlib.import_module(module), function)
 
     def resolution_factor(self, vae_config: Mapping, denoiser_config: Mapping) -> tuple[int, str]:
         """(the pixel multiple an image size must be, and why) from the folder's VAE and denoiser configs."""
