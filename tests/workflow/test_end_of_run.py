@@ -9,11 +9,12 @@ import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 
 from rewardloop.reports import compare, end_of_run, summary
 from rewardloop.artifacts import write_json
 from rewardloop.monitors.guard import Breach, verdict
-from workflow_helpers import copy_run, snakemake
+from workflow_helpers import ROOT, copy_run, snakemake
 
 pytestmark = pytest.mark.workflow
 
@@ -99,3 +100,31 @@ def test_a_rerun_ends_on_the_block_without_lora_noise(finished_run, tmp_path):
     again = snakemake(run)
     assert "Nothing to be done" in again.stdout + again.stderr
     assert HEADER not in again.stdout
+
+
+def test_a_first_run_that_builds_its_model_ends_on_the_rows_and_the_mlflow_address(tmp_path):
+    """What a fresh clone's `make run` does, small: the default config's build_tiny_model job (a short build)
+    in the same invocation as the loop, MLflow on its default store. The block, last on stdout, has a row
+    per model (base and iteration 0) and the runs table's address; no line of it starts with a blank, so a
+    reader who drops Snakemake's indented job lines (``grep -v '^ '``) still sees them."""
+    overlay = {
+        "iterations": 1,
+        "tiny": {"vae_steps": 4, "unet_steps": 4, "threads": 1},
+        "prompts": {"train": str(ROOT / "resources/prompts/train.txt"), "eval": str(ROOT / "resources/prompts/eval.txt")},
+        "generate": {"prompts_per_iteration": 4, "images_per_prompt": 2, "steps": 2, "batch_size": 8},
+        "train": {"steps": 2, "batch_size": 2, "checkpointing_steps": 1},
+        "eval": {"seeds": [0], "steps": 2},
+    }
+    (tmp_path / "test.yaml").write_text(yaml.safe_dump(overlay))
+    result = snakemake(tmp_path)
+    assert "rule build_tiny_model:" in result.stdout + result.stderr  # the build ran in this invocation
+    block = result.stdout[result.stdout.index(HEADER):].rstrip("\n")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(tmp_path)
+        assert block == end_of_run.text(["results"])
+        rows = summary.rows("results")
+    lines = block.splitlines()
+    table = lines[1:lines.index("")]
+    assert [line.split()[0] for line in table[2:]] == ["base", "0"] and len(rows) == 2
+    assert "runs table: http://127.0.0.1:5000/#/experiments/" in value_of(block, "MLflow")
+    assert not [line for line in lines if line.startswith((" ", "\t"))]

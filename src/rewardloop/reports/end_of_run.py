@@ -27,7 +27,7 @@ REPORT_COMMAND = "make report (snakemake --report report.html, with the run's --
 
 
 def _line(label: str, value: str) -> str:
-    return f"{label + ':' if label else '':<{LABEL_WIDTH}} {value}"
+    return f"{label + ':':<{LABEL_WIDTH}} {value}"
 
 
 def guard_verdict(results) -> str:
@@ -64,7 +64,7 @@ def mlflow_lines(results) -> list[str]:
     if not browse.tracked_experiments(results):
         return []
     return [_line("MLflow UI", "make mlflow-ui (a tracking server: its own UI)"),
-            *(_line("", line.removeprefix("MLflow: ")) for line in browse.ui_lines(results))]
+            *(_line("MLflow", line.removeprefix("MLflow: ")) for line in browse.ui_lines(results))]
 
 
 def run_text(results) -> str:

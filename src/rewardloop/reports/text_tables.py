@@ -8,12 +8,16 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 
 def aligned(headers: Sequence[str], body: Iterable[Sequence[str]]) -> str:
-    """Right-aligned columns under a header and a rule of dashes."""
+    """Columns under a header and a rule of dashes: the first (the rows' labels) left-aligned, so that no
+    line starts with a blank (a reader that drops Snakemake's indented job lines keeps every row), the
+    others right-aligned."""
     body = [list(row) for row in body]
     widths = [max([len(h)] + [len(r[i]) for r in body]) for i, h in enumerate(headers)]
-    lines = ["  ".join(h.rjust(w) for h, w in zip(headers, widths)), "  ".join("-" * w for w in widths)]
-    lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in body]
-    return "\n".join(lines)
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    return "\n".join([line(headers), "  ".join("-" * w for w in widths), *(line(r) for r in body)])
 
 
 def csv_text(rows: Iterable[Mapping], columns: Sequence[str]) -> str:

@@ -9,13 +9,13 @@ import io
 from rewardloop.reports.text_tables import add_table_command, aligned, csv_text
 
 
-def test_aligned_right_aligns_every_column_to_its_widest_cell():
-    text = aligned(["name", "reward"], [["a", "0.5"], ["longer", "12.25"]])
+def test_aligned_left_aligns_the_labels_and_right_aligns_the_other_columns_to_their_widest_cell():
+    text = aligned(["name", "reward", "n"], [["a", "0.5", "3"], ["longer", "12.25", ""]])
     assert text.splitlines() == [
-        "  name  reward",
-        "------  ------",
-        "     a     0.5",
-        "longer   12.25",
+        "name    reward  n",
+        "------  ------  -",
+        "a          0.5  3",
+        "longer   12.25",  # no trailing blanks
     ]
 
 
