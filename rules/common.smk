@@ -54,6 +54,11 @@ def checkpoint_dir(it):
     return f"{iter_dir(it)}/{layout.CHECKPOINT_DIR}"
 
 
+# The training path's heavy jobs (rollouts, training) start first when several jobs are ready: they are
+# the run's critical path, and the evals and reports fill the other cores beside them.
+LOOP_PRIORITY = 1
+
+
 def metrics_file(stage, folder=ITER):
     """metrics/<stage>.json of a folder (by default the {it} pattern's iteration folder)."""
     return f"{folder}/{layout.metrics_name(stage)}"

@@ -23,6 +23,7 @@ rule:
         RUN.log(ITER_NAME, GENERATE_SHARDING.job("generate")),
     benchmark:
         RUN.benchmark(ITER_NAME, GENERATE_SHARDING.job("generate"))
+    priority: LOOP_PRIORITY
     threads: config["resources"]["threads"]
     resources:
         **job_resources(),

@@ -29,6 +29,7 @@ rule train:
         RUN.log(ITER_NAME, "train"),
     benchmark:
         RUN.benchmark(ITER_NAME, "train")
+    priority: LOOP_PRIORITY
     threads: config["resources"]["threads"]
     resources:
         **job_resources(gpu=job_gpus.train_gpus(config)),
