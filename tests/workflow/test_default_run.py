@@ -1,11 +1,11 @@
 """Guard: the embedded default run (config.yaml through the real workflow, on the shipped tiny model)
-writes the same LoRA bytes and the same eval table as the README's, on any x86-64 CPU with AVX2.
+writes the same LoRA bytes and the same eval table as the README's.
 
 The run pins the CPU kernels (config ``cpu_kernels: auto``, runtime/cpu_kernels.py: AVX2, and MKL on its
-branch for every vendor), so the figures depend neither on what else the CPU has (AVX-512, AMX) nor on
-its vendor: measured on an Intel Xeon with AVX-512 and AMX, and the networks' gradients under an
-emulated AMD EPYC (tests/unit/runtime/test_cpu_kernels.py). Under the first pin (MKL's Intel-only AVX2
-branch) an AMD EPYC and an Intel Xeon built different models (base 0.475 and 1.013). The model is the one
+branch for every vendor). Pinned, an AMD EPYC and an Intel Xeon still built different tiny models (base
+0.475 and 0.965): so the model ships, and this test holds what the 3 iterations compute from it
+(measured on an AMD EPYC; an Intel CPU that computes other iterations from the same model fails here,
+and is a finding for docs/reliability.md). The model is the one
 that ships (resources/models/tiny-sd15, copied where the run looks for it, as a clone has it): the run
 plans no build, and its 3 iterations take a few minutes. That the shipped bytes are the builder's is
 tests/unit/models/test_shipped_models.py's and tests/workflow/test_shipped_model_rebuild.py's to prove.
@@ -27,11 +27,12 @@ from workflow_helpers import ROOT, snakemake
 
 pytestmark = pytest.mark.workflow
 
-# sha256 of iterations 0, 1, 2's trained LoRA; eval means of base, 0, 1, 2 (README, "What the default run does")
-LORAS = ("05bd618e4fa992d83e4a8c10780ae8a8cfd2b7cab31b127171f7991c39048e91",
-         "615f2b3c8b14e7ab2c6161a8b90a7aa865e9489d407ff011c1327685a34de8d2",
-         "87b73555e55117eaa51ff341a6421c76ace42b51014e760ec4882905ee81e0b9")
-EVALS = (0.9645203713299192, 1.1014536709026939, 1.224549092267446, 1.2542252037393544)
+# sha256 of iterations 0, 1, 2's trained LoRA; eval means of base, 0, 1, 2 (README, "What the default run does";
+# measured on an AMD EPYC with the shipped model, 2026-12-06)
+LORAS = ("0c55f26331c00827b678919480728023ee8a1c2997d6f8c388655fb95e929685",
+         "dbbc65d741d35888a2269afc3438620eeb20dd131d7186e1fbc4fff5eb07abe3",
+         "7f87c7b401f35fa838ec67b9d0f220624dd39203ec92fa7c91b44ff6757cb970")
+EVALS = (0.4752346850109725, 0.5915736391709291, 0.599235885470222, 0.6569275462646301)
 
 
 @pytest.mark.skipif(not cpu_kernels.has_avx2(), reason="the figures hold on x86-64 CPUs with AVX2")
