@@ -7,7 +7,7 @@ import sys
 
 from rewardloop.runtime import cpu_kernels, input_links, job_records, previous_versions, runlock, warm
 from rewardloop.artifacts import remove_stale_temps
-from rewardloop.config import check_existing_iterations, check_train_nodes, startup_warnings
+from rewardloop.config import check_existing_iterations, check_results_layout, check_train_nodes, startup_warnings
 from rewardloop.config import validate as validate_config
 from rewardloop.models.loading import check_device, check_gpu_count, needs_hf_token
 from rewardloop.runtime.resources import rule_overrides, train_gpus
@@ -19,9 +19,10 @@ configfile: f"{workflow.basedir}/config.yaml"
 report: "report/workflow.rst"
 
 
-# Schema (defaults filled, unknown keys refused) and file checks, before any job starts; and no
-# fewer iterations than results/ already holds. The config as given is kept: an experiments fan-out
-# merges each variant's overlay over it (rules/experiments.smk).
+# Schema (defaults filled, unknown keys refused) and file checks, before any job starts; no fewer
+# iterations than results/ already holds, and no second layout (single run / fan-out) beside the one
+# there. The config as given is kept: an experiments fan-out merges each variant's overlay over it
+# (rules/experiments.smk).
 GIVEN_CONFIG = copy.deepcopy(config)
 # Jobs read the model and checkpoints by content, through links (the main process places them at onstart).
 input_links.use(defer=workflow.is_main_process)
@@ -29,6 +30,7 @@ validate_config(config)
 # The CPU kernels every job computes with, in the environment the jobs inherit (nothing has computed yet).
 KERNEL_LINES = cpu_kernels.pin(config["cpu_kernels"], config["device"])
 check_existing_iterations(config, "results")
+check_results_layout(config, "results")  # a single run's layout or a fan-out's, not both
 if workflow.is_main_process:  # not again in every job of a cluster run
     for line in [*KERNEL_LINES, *startup_warnings(config)]:
         print(line, file=sys.stderr)

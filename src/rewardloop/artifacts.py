@@ -172,6 +172,32 @@ def write_table(table: pa.Table, path: str | os.PathLike, meta: Mapping | None =
         pq.write_table(table, tmp)
 
 
+# A Parquet footer (schema, row groups, key-value metadata: provenance and the rows record) above this is not
+# read: pyarrow allocates what a footer declares before it can tell a crafted one from a real one, and the
+# artifacts' footers are kilobytes (a run of 100,000 samples: a few MB of row ids).
+MAX_PARQUET_FOOTER = 64 * 2**20
+PARQUET_MAGIC = b"PAR1"
+
+
+def check_parquet_footer(path: str | os.PathLike) -> int:
+    """The size of ``path``'s Parquet footer, read from its last 8 bytes, refused (naming the file) unless it
+    fits the file and MAX_PARQUET_FOOTER: the bound on what a reader lets pyarrow allocate for it."""
+    path = Path(path)
+    size = path.stat().st_size
+    with open(path, "rb") as handle:
+        if size < 12:
+            raise ArtifactError(f"{path}: {size} bytes, too short for a Parquet file")
+        handle.seek(-8, os.SEEK_END)
+        tail = handle.read(8)
+    footer = int.from_bytes(tail[:4], "little")
+    if tail[4:] != PARQUET_MAGIC:
+        raise ArtifactError(f"{path}: not a Parquet file (no {PARQUET_MAGIC.decode()} at its end: cut short?)")
+    if footer > min(size - 12, MAX_PARQUET_FOOTER):
+        raise ArtifactError(f"{path}: its footer declares {footer} bytes of metadata, the file has {size} bytes (a "
+                            f"reader takes at most {MAX_PARQUET_FOOTER // 2**20} MiB): not a Parquet file it reads")
+    return footer
+
+
 def read_table(path: str | os.PathLike, required: Iterable[str] = (),
                columns: Iterable[str] | None = None) -> pa.Table:
     """Read a Parquet artifact (only ``columns``, when given), failing with a message naming the file and
@@ -179,6 +205,7 @@ def read_table(path: str | os.PathLike, required: Iterable[str] = (),
     path = Path(path)
     if not path.is_file():
         raise ArtifactError(f"{path}: file not found")
+    check_parquet_footer(path)
     try:
         schema = pq.read_schema(path)
         wanted = None if columns is None else list(dict.fromkeys(columns))
@@ -198,6 +225,7 @@ def read_table(path: str | os.PathLike, required: Iterable[str] = (),
 
 
 def read_provenance(path: str | os.PathLike) -> dict:
+    check_parquet_footer(path)
     meta = pq.read_schema(path).metadata or {}
     raw = meta.get(PROVENANCE_KEY)
     return json.loads(raw) if raw else {}

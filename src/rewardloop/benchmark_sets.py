@@ -21,12 +21,13 @@ each file comes from.
 from __future__ import annotations
 
 import csv
+import io
 import json
 from pathlib import Path
 
 import pandas as pd
 
-from rewardloop.prompts import PromptFileError
+from rewardloop.prompts import PromptFileError, require_file
 
 FORMATS = ("drawbench", "pickapic", "ocr", "text", "geneval")
 COLUMNS = ["prompt_id", "prompt", "category"]
@@ -37,8 +38,7 @@ def load(path: str | Path, fmt: str) -> pd.DataFrame:
     path = Path(path)
     if fmt not in FORMATS:
         raise ValueError(f"benchmark format {fmt!r}: expected one of {', '.join(FORMATS)}")
-    if not path.is_file():
-        raise PromptFileError(f"{path}: file not found")
+    require_file(path, str(path))
     rows = {"drawbench": _drawbench, "pickapic": _pickapic, "ocr": _ocr, "text": _text,
             "geneval": _geneval}[fmt](path)
     if not rows:
@@ -73,34 +73,62 @@ def _ocr(path: Path) -> list[tuple]:
     return _text(path)
 
 
+def _csv_records(path: Path, columns: tuple[str, ...], fmt: str) -> list[tuple[int, int, dict]]:
+    """(row, line, {column: cell}) of each non-blank record of a CSV file (the header is row 1). CSV lets a
+    quoted cell span lines, which in a prompt sheet is an unclosed quote merging two rows into one prompt:
+    a record over several lines is refused, as is one with another number of cells than the header, or a
+    header without ``columns``, each naming the line."""
+    reader = csv.reader(io.StringIO(_read_text(path), newline=""), strict=True)
+    first_line = 1  # where the record being read starts
+    try:
+        header = next(reader, [])
+        missing = [c for c in columns if c not in header]
+        if missing:
+            raise PromptFileError(f"{path}: row 1 (header): missing column(s) {', '.join(missing)}; has "
+                                  f"{', '.join(header) or 'none'} ({fmt} format: a CSV with the column(s) "
+                                  f"{' and '.join(columns)})")
+        records, first_line = [], reader.line_num + 1
+        for cells in reader:
+            if cells:
+                if reader.line_num != first_line:
+                    raise PromptFileError(f"{path}: line {first_line}: a quoted cell runs on to line {reader.line_num} "
+                                          f"(an unclosed quote?); {fmt} format: one record per line")
+                if len(cells) != len(header):
+                    raise PromptFileError(f"{path}: line {first_line}: {len(cells)} cell(s) where the header has "
+                                          f"{len(header)} ({fmt} format; a comma in a prompt needs the cell quoted)")
+                records.append((len(records) + 2, first_line, dict(zip(header, cells))))
+            first_line = reader.line_num + 1
+    except csv.Error as exc:  # strict mode: a quote closed mid-cell, or the file ends inside a quoted cell
+        raise PromptFileError(f"{path}: line {first_line}: not valid CSV from there ({exc} by line "
+                              f"{reader.line_num}; an unclosed quote?); {fmt} format") from None
+    return records
+
+
 def _drawbench(path: Path) -> list[tuple]:
-    reader = csv.DictReader(_read_text(path).splitlines())
-    missing = [c for c in ("Prompts", "Category") if c not in (reader.fieldnames or [])]
-    if missing:
-        raise PromptFileError(f"{path}: row 1 (header): missing column(s) {', '.join(missing)}; has "
-                              f"{', '.join(reader.fieldnames or []) or 'none'} (drawbench format: a CSV with "
-                              f"the columns Prompts and Category)")
     rows = []
-    for row_number, row in enumerate(reader, start=2):  # the header is row 1
-        prompt = (row.get("Prompts") or "").strip()
+    for row_number, line, row in _csv_records(path, ("Prompts", "Category"), "drawbench"):
+        prompt = row["Prompts"].strip()
         if not prompt:
             raise PromptFileError(f"{path}: row {row_number}: empty Prompts cell (drawbench format)")
-        rows.append((f"r{row_number:05d}", prompt, (row.get("Category") or "").strip() or None))
+        rows.append((f"r{row_number:05d}", prompt, row["Category"].strip() or None))
     return rows
 
 
 def _pickapic(path: Path) -> list[tuple]:
-    try:
-        frame = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path, keep_default_na=False)
-    except Exception as exc:  # pyarrow and the CSV parser raise several types
-        raise PromptFileError(f"{path}: not a readable {'Parquet' if path.suffix == '.parquet' else 'CSV'} "
-                              f"file ({exc}); pickapic format: a Parquet or CSV with a caption column") from exc
-    if "caption" not in frame.columns:
-        raise PromptFileError(f"{path}: no caption column; has {', '.join(map(str, frame.columns))} (pickapic "
-                              f"format: the test split's caption column)")
+    if path.suffix == ".parquet":
+        try:
+            frame = pd.read_parquet(path)
+        except Exception as exc:  # pyarrow raises several types
+            raise PromptFileError(f"{path}: not a readable Parquet file ({exc}); pickapic format: a Parquet or "
+                                  f"CSV with a caption column") from exc
+        if "caption" not in frame.columns:
+            raise PromptFileError(f"{path}: no caption column; has {', '.join(map(str, frame.columns))} (pickapic "
+                                  f"format: the test split's caption column)")
+        captions = list(enumerate(frame["caption"], start=1))
+    else:
+        captions = [(row_number, row["caption"]) for row_number, _, row in _csv_records(path, ("caption",), "pickapic")]
     seen, rows = set(), []
-    first = 1 if path.suffix == ".parquet" else 2  # a CSV's row 1 is its header
-    for index, caption in enumerate(frame["caption"], start=first):
+    for index, caption in captions:
         if not isinstance(caption, str) or not caption.strip():
             raise PromptFileError(f"{path}: row {index}: empty or non-text caption {caption!r} (pickapic format)")
         caption = caption.strip()

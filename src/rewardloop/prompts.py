@@ -19,12 +19,19 @@ class PromptFileError(ValueError):
     pass
 
 
+def require_file(path: Path, where: str) -> None:
+    """Refuse what is not a readable file, saying which: absent, or a folder where a file was expected."""
+    if path.is_dir():
+        raise PromptFileError(f"{where}: a folder, not a prompt file (give the file in it)")
+    if not path.is_file():
+        raise PromptFileError(f"{where}: file not found")
+
+
 def load_prompts(path: str | Path, key: str = "prompts") -> pd.DataFrame:
     """Return a DataFrame with columns prompt_id, prompt; errors name ``key`` and the file."""
     path = Path(path)
     where = f"{key} ({path})"
-    if not path.is_file():
-        raise PromptFileError(f"{where}: file not found")
+    require_file(path, where)
     try:
         text = path.read_text(encoding="utf-8-sig")  # a BOM (Windows editors write one) is not prompt text
     except UnicodeDecodeError as exc:

@@ -169,6 +169,19 @@ def dangling_link(work: Path, tiny_model: Path) -> None:
     weights.symlink_to("../../blobs/0a1b2c")
 
 
+def missing_shard(work: Path, tiny_model: Path) -> None:
+    """The tiny model with its UNet in two shards (as large checkpoints come), the second one not downloaded."""
+    folder = work / "models/sharded"
+    shutil.copytree(tiny_model, folder)
+    unet = folder / "unet"
+    whole = unet / "diffusion_pytorch_model.safetensors"
+    names = list(json.loads(whole.read_bytes()[8:8 + int.from_bytes(whole.read_bytes()[:8], "little")]))
+    shards = [f"diffusion_pytorch_model-0000{k}-of-00002.safetensors" for k in (1, 2)]
+    whole.rename(unet / shards[0])
+    weight_map = {name: shards[i % 2] for i, name in enumerate(n for n in names if n != "__metadata__")}
+    (unet / "diffusion_pytorch_model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+
+
 @dataclass
 class Case:
     id: str
@@ -254,6 +267,9 @@ PARSE_TIME = [
     Case("model weights behind a dangling link (a cleaned-up hub cache)", {"model": {"path": "models/linked"}},
          "model.path: models/linked/vae/diffusion_pytorch_model.safetensors is a link to ../../blobs/0a1b2c, "
          "which does not exist", dangling_link),
+    Case("a sharded model whose index names a shard that is not there", {"model": {"path": "models/sharded"}},
+         "model.path: models/sharded/unet/diffusion_pytorch_model.safetensors.index.json names 1 shard(s) that are "
+         "not in models/sharded/unet: diffusion_pytorch_model-00002-of-00002.safetensors", missing_shard),
     Case("reward checkpoint cut short", {"rewards": {"hpsv2": {"weight": 1.0, "checkpoint_path": "hps/HPS.pt"}}},
          "rewards.hpsv2.checkpoint_path: hps/HPS.pt (1004 bytes) is not a complete torch checkpoint",
          write("hps/HPS.pt", b"PK\x03\x04" + bytes(1000))),
@@ -261,6 +277,8 @@ PARSE_TIME = [
     # prompt files
     Case("missing prompt file", {"prompts": {"eval": "prompts/nope.txt"}},
          "prompts.eval (prompts/nope.txt): file not found"),
+    Case("a folder as the prompt file", {"prompts": {"eval": "prompts"}},
+         "prompts.eval (prompts): a folder, not a prompt file (give the file in it)"),
     Case("empty prompt file", BAD_PROMPTS, f"prompts.train ({PROMPTS}): no prompts in file", write(PROMPTS, "\n  \n")),
     Case("non-UTF-8 prompt file", BAD_PROMPTS, f"prompts.train ({PROMPTS}): not UTF-8 text",
          write(PROMPTS, "a red circle on a caf\xe9 background\n".encode("latin-1"))),
@@ -326,6 +344,18 @@ def test_fewer_iterations_than_results_hold_is_refused(run):
     before = snapshot(run)
     output = snakemake_fails(run, "--config", "iterations=1")
     assert "iterations: 1, but results/ already holds iter_001 of a longer run; set iterations: 2" in output
+    assert snapshot(run) == before
+
+
+def test_a_fanout_beside_a_finished_single_run_is_refused(run):
+    """experiments: added to the config of a finished single run would plan results/<experiment>/seed_<s>/ beside
+    its iter_XXX/, and summary and best would read the old run without a word."""
+    before = snapshot(run)
+    (run / "fanout.yaml").write_text(yaml.safe_dump({"experiments": {"low_lr": {"train": {"learning_rate": 1e-5}}},
+                                                     "seeds": [0]}))
+    output = snakemake_fails(run, "-n", configfiles=("fanout.yaml",))
+    assert ("experiments: a fan-out writes results/<experiment>/seed_<s>/, but results/ holds a single run "
+            "(iter_000, iter_001) that summary, best and compare would read beside it; move results/ aside first") in output
     assert snapshot(run) == before
 
 

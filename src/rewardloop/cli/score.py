@@ -55,8 +55,9 @@ def parse_rewards(reward_args, option_args) -> dict:
 
 
 def _read_prompts(path: Path) -> list[str]:
-    if not path.is_file():
-        raise ValueError(f"--prompts {path}: file not found")
+    from rewardloop.prompts import require_file
+
+    require_file(path, f"--prompts {path}")
     return path.read_text(encoding="utf-8").splitlines()
 
 

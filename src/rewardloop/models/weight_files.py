@@ -9,6 +9,7 @@ jobs failed. Here every file of a model folder, init LoRA or reward checkpoint i
 - a link is followed; a dangling one is named with its target;
 - a safetensors file's header is parsed and the size it declares (header + the end of the last
   tensor) compared with the file's size;
+- a sharded checkpoint's index (``*.index.json``) must name only shards that are there;
 - a pickle-format checkpoint (``.bin``, ``.pt``, ``.pth``, ``.ckpt``) must be a complete zip archive,
   torch's format since 1.6, whose central directory sits at the end of the file: a cut file has none.
   Such files are read with ``torch.load(weights_only=True)`` (diffusers, the reward loaders), which
@@ -28,6 +29,7 @@ from pathlib import Path
 from rewardloop.models.layout import LayoutError
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
+INDEX_SUFFIX = ".index.json"  # a sharded checkpoint's map of tensors to shard files
 MAX_HEADER = 100 << 20  # safetensors refuses headers over 100 MB
 
 
@@ -40,6 +42,8 @@ def check_files(path: str | os.PathLike, key: str) -> None:
             check_safetensors(file, key)
         elif file.name.endswith(PICKLE_SUFFIXES):
             check_zip_checkpoint(file, key)
+        elif file.name.endswith(INDEX_SUFFIX):
+            check_shard_index(file, key)
 
 
 def _files(path: Path, key: str):
@@ -86,6 +90,23 @@ def check_safetensors(file: Path, key: str) -> None:
     if size > declared:
         raise LayoutError(f"{key}: {file}: its header declares {declared} bytes but the file has {size} "
                           "(bytes appended after the tensors: not a file safetensors will load)")
+
+
+def check_shard_index(file: Path, key: str) -> None:
+    """A sharded checkpoint's index parses, and every shard its ``weight_map`` names is beside it (each
+    shard is then checked as a file of its own)."""
+    try:
+        weight_map = json.loads(file.read_text()).get("weight_map")
+    except (ValueError, UnicodeDecodeError, AttributeError) as exc:
+        raise LayoutError(f"{key}: {file}: not a JSON object with a weight_map ({exc}; a sharded checkpoint's "
+                          "index)") from None
+    if not isinstance(weight_map, dict):
+        raise LayoutError(f"{key}: {file}: no weight_map object (a sharded checkpoint's index maps each tensor to "
+                          "its shard file)")
+    missing = sorted({shard for shard in weight_map.values() if not (file.parent / str(shard)).is_file()})
+    if missing:
+        raise LayoutError(f"{key}: {file} names {len(missing)} shard(s) that are not in {file.parent}: "
+                          f"{', '.join(missing)} (an incomplete download? download the model again)")
 
 
 def check_zip_checkpoint(file: Path, key: str) -> None:

@@ -10,13 +10,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rewardloop.artifacts import TEMP_PREFIX, ArtifactError, read_provenance, read_table
+from rewardloop.artifacts import TEMP_PREFIX, ArtifactError, check_parquet_footer, read_provenance, read_table
 
 STAT_COLUMNS = ("reward", "margin", "advantage")
 SUFFIXES = (".parquet", ".safetensors", ".json")
 # A JSON file above this size is not read (metrics and adapter files are kilobytes; `rewardloop inspect`
 # shows only a JSON's first 4000 characters anyway).
 MAX_JSON_BYTES = 64 * 2**20
+# A folder's listing names at most this many artifacts, then how many it left out (a folder of 10,000 files
+# printed 10,001 lines): `rewardloop inspect` on a subfolder lists what is below it.
+MAX_LISTED = 200
 
 
 def describe(path: str | Path, verbose: bool = False) -> str:
@@ -25,9 +28,12 @@ def describe(path: str | Path, verbose: bool = False) -> str:
         files = artifacts_below(path)
         if not files:
             return f"{path}: no artifacts"
+        shown, left_out = files[:MAX_LISTED], len(files) - MAX_LISTED
+        more = [f"... and {left_out} more artifact(s) not shown (at most {MAX_LISTED}; inspect a subfolder for "
+                "the rest)"] if left_out > 0 else []
         if verbose:
-            return "\n\n".join(describe(p) for p in files)
-        return _listing(path, files)
+            return "\n\n".join([*(describe(p) for p in shown), *more])
+        return "\n".join([_listing(path, files, shown), *more])
     if not path.exists():
         raise ArtifactError(f"{path}: file not found")
     if path.suffix == ".parquet":
@@ -44,12 +50,13 @@ def artifacts_below(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*") if p.suffix in SUFFIXES and p.is_file() and not p.name.startswith(TEMP_PREFIX))
 
 
-def _listing(folder: Path, files: list[Path]) -> str:
-    """One line per artifact: its path below ``folder`` and its headline, read from the file's header only."""
-    names = [str(p.relative_to(folder)) for p in files]
+def _listing(folder: Path, files: list[Path], shown: list[Path]) -> str:
+    """The count of ``files``, then one line per ``shown`` artifact: its path below ``folder`` and its
+    headline, read from the file's header only."""
+    names = [str(p.relative_to(folder)) for p in shown]
     width = max(map(len, names))
     lines = [f"{folder}: {len(files)} artifacts (details: rewardloop inspect -v)"]
-    lines += [f"  {name.ljust(width)}  {headline(p)}" for name, p in zip(names, files)]
+    lines += [f"  {name.ljust(width)}  {headline(p)}" for name, p in zip(names, shown)]
     return "\n".join(lines)
 
 
@@ -60,6 +67,7 @@ def headline(path: Path) -> str:
         if path.suffix == ".parquet":
             import pyarrow.parquet as pq
 
+            check_parquet_footer(path)
             meta = pq.read_metadata(path)
             return f"Parquet, {meta.num_rows} rows, {meta.num_columns} columns"
         if path.suffix == ".safetensors":

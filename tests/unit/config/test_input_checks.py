@@ -59,6 +59,25 @@ def test_held_out_prompts_pass_quietly():
     assert startup_warnings(config) == []
 
 
+def test_half_precision_rollouts_on_the_cpu_are_named_at_startup():
+    for half in ("fp16", "bf16"):
+        lines = startup_warnings(cfgmod.validate(default_config(generate={"precision": half})))
+        assert lines == [f"rewardloop: generate.precision: {half} with device: cpu: half precision is slower than "
+                         "fp32 on a CPU (the tiny model's rollouts x4.5 in fp16, x3.5 in bf16, measured on 2 cores) "
+                         "and rounds more; fp32 (or auto) is the CPU's precision"]
+    assert startup_warnings(cfgmod.validate(default_config(generate={"precision": "fp16"}, device="cuda"))) == []
+    assert startup_warnings(cfgmod.validate(default_config(generate={"precision": "fp32"}))) == []
+
+
+def test_a_single_run_beside_a_fanouts_runs_is_refused(tmp_path):
+    (tmp_path / "results/low_lr/seed_0/iter_000").mkdir(parents=True)
+    config = cfgmod.validate(default_config())
+    with pytest.raises(ConfigError, match=r"experiments: none, but .*results/ holds a fan-out's runs \(low_lr/seed_0\); "
+                                          r"a single run would write .*results/iter_XXX/ beside them"):
+        cfgmod.check_results_layout(config, tmp_path / "results")
+    cfgmod.check_results_layout(config, tmp_path / "elsewhere")  # nothing there: either layout may start
+
+
 # --- rewardloop inspect on JSON ------------------------------------------------------------------------
 
 
@@ -82,6 +101,47 @@ def test_inspect_does_not_read_a_huge_json_file(tmp_path, capsys):
     assert cli.main(["inspect", str(tmp_path)]) == 0  # and listed briefly, without reading the huge one
     assert [line.split() for line in capsys.readouterr().out.splitlines()[1:]] == [
         ["huge.json", "JSON,", "65.0", "MiB,", "too", "large", "to", "summarise"], ["small.json", "JSON,", "1", "keys"]]
+
+
+def test_inspect_lists_at_most_max_listed_artifacts_and_says_how_many_it_left_out(tmp_path, capsys):
+    from rewardloop.reports.inspect import MAX_LISTED
+
+    for k in range(MAX_LISTED + 5):
+        (tmp_path / f"m{k:05d}.json").write_text('{"k": 1}')
+    assert cli.main(["inspect", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"{tmp_path}: {MAX_LISTED + 5} artifacts (details: rewardloop inspect -v)"
+    assert len(lines) == MAX_LISTED + 2 and lines[-2].split()[0] == f"m{MAX_LISTED - 1:05d}.json"
+    assert lines[-1] == f"... and 5 more artifact(s) not shown (at most {MAX_LISTED}; inspect a subfolder for the rest)"
+    assert cli.main(["inspect", "-v", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.count('"k": 1') == MAX_LISTED
+
+
+def test_a_parquet_footer_that_declares_more_than_a_reader_takes_is_refused_before_it_is_read(tmp_path, capsys):
+    """The footer's size is the file's last 8 bytes' first 4: a crafted one declaring 100 MiB (pyarrow would
+    allocate what it declares) is refused by inspect and by every stage's reader, naming the file."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from rewardloop.artifacts import MAX_PARQUET_FOOTER, ArtifactError, read_table
+
+    path = tmp_path / "scores.parquet"
+    pq.write_table(pa.table({"sample_id": ["a"], "reward": [1.0]}), path)
+    data = bytearray(path.read_bytes())
+    data[-8:-4] = (100 * 2**20).to_bytes(4, "little")
+    data[-8 - 4:-8] = b"\0" * 4  # and garbage where the footer ends, so no real footer parses
+    path.write_bytes(bytes(data))
+    message = (f"{path}: its footer declares {100 * 2**20} bytes of metadata, the file has {len(data)} bytes (a reader "
+               f"takes at most {MAX_PARQUET_FOOTER // 2**20} MiB): not a Parquet file it reads")
+    assert cli.main(["inspect", str(path)]) == 1
+    assert capsys.readouterr().err == f"rewardloop inspect: error: {message}\n"
+    assert cli.main(["inspect", str(tmp_path)]) == 0
+    assert "scores.parquet  unreadable (ArtifactError)" in capsys.readouterr().out
+    with pytest.raises(ArtifactError, match="its footer declares 104857600 bytes"):
+        read_table(path)
+    path.write_bytes(b"PAR1" + bytes(4))
+    with pytest.raises(ArtifactError, match="8 bytes, too short for a Parquet file"):
+        read_table(path)
 
 
 def test_a_pickled_init_lora_is_refused_saying_why(tmp_path):

@@ -111,8 +111,11 @@ def test_prompt_files_in_each_format(tmp_path):
     bad.write_text("Prompts,Category\na cat,Animals\n,Animals\n")
     with pytest.raises(PromptFileError, match="bad.csv: row 3: empty Prompts cell"):
         benchmark_sets.load(bad, "drawbench")
-    with pytest.raises(PromptFileError, match="bad.csv: no caption column; has Prompts, Category"):
+    with pytest.raises(PromptFileError, match=r"bad.csv: row 1 \(header\): missing column\(s\) caption; has Prompts, "
+                                              r"Category \(pickapic format"):
         benchmark_sets.load(bad, "pickapic")
+    with pytest.raises(PromptFileError, match="sets: a folder, not a prompt file"):
+        benchmark_sets.load(tmp_path / "sets", "text")
     (tmp_path / "bad.txt").write_text('A sign that says "yes"\n\nA sign with no quotes\n')
     with pytest.raises(PromptFileError, match=r"bad.txt: line 3: no double-quoted text"):
         benchmark_sets.load(tmp_path / "bad.txt", "ocr")
@@ -218,3 +221,38 @@ def test_a_malformed_geneval_file_is_refused_naming_file_and_line(tmp_path, line
     prompts = benchmark_sets.load(path, "geneval")
     assert prompts.prompt_id.tolist() == ["g00001", "g00002", "g00003", "g00004"]
     assert prompts.category.tolist() == [item["tag"] for item in GENEVAL] and prompts.metadata.tolist() == GENEVAL
+
+
+# DrawBench's sheet with one quote left open: CSV lets a quoted cell span lines, so the reader merged two rows
+# into one prompt ("...background,Colorsa blue square...", category empty), which was sampled and scored
+UNCLOSED = 'Prompts,Category\n"a red circle on a blue background,Colors\n"a blue square on a red background",Shapes\n'
+HEADER = "Prompts,Category\n"
+
+
+@pytest.mark.parametrize("fmt, text, named", [
+    ("drawbench", UNCLOSED, r"line 2: not valid CSV from there \(',' expected after '\"' by line 3; an unclosed quote"),
+    ("drawbench", HEADER + '"a red circle on a blue background,Colors\na cat,Animals\n',
+     r"line 2: not valid CSV from there \(unexpected end of data by line 3"),
+    ("drawbench", HEADER + '"a red circle\non a blue background",Colors\n', r"line 2: a quoted cell runs on to line 3"),
+    ("drawbench", HEADER + "a cat,Animals\na cat, a dog,Animals\n", r"line 3: 3 cell\(s\) where the header has 2"),
+    ("pickapic", 'caption\n"a red circle\na blue square"\n', r"line 2: a quoted cell runs on to line 3"),
+])
+def test_a_csv_prompt_sheet_that_csv_would_misread_is_refused_naming_the_line(tmp_path, fmt, text, named):
+    path = tmp_path / "sheet.csv"
+    path.write_text(text)
+    with pytest.raises(PromptFileError, match=rf"sheet.csv: {named}"):
+        benchmark_sets.load(path, fmt)
+
+
+def test_the_benchmark_command_refuses_a_misread_sheet_and_changes_no_file(results, tmp_path, capsys):
+    from workflow_helpers import file_digests
+
+    sheet = tmp_path / "drawbench.csv"
+    sheet.write_text(UNCLOSED)
+    before = file_digests(results)
+    assert main(["benchmark", str(results), "--benchmark", f"db={sheet}:drawbench", "--metric", "color_match",
+                 "--checkpoints", "base"]) == 1
+    assert f"rewardloop benchmark: error: {sheet}: line 2: not valid CSV from there" in capsys.readouterr().err
+    assert file_digests(results) == before
+    sheet.write_text(UNCLOSED.replace('"a red', "a red"))  # the stray quote removed: two prompts
+    assert benchmark_sets.load(sheet, "drawbench").category.tolist() == ["Colors", "Shapes"]
