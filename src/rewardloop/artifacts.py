@@ -186,22 +186,27 @@ def check_parquet_footer(path: str | os.PathLike) -> int:
     size = path.stat().st_size
     with open(path, "rb") as handle:
         if size < 12:
-            raise ArtifactError(f"{path}: {size} bytes, too short for a Parquet file")
+            raise ArtifactError(f"{path}: not a readable Parquet file ({size} bytes, too short for one)")
         handle.seek(-8, os.SEEK_END)
         tail = handle.read(8)
     footer = int.from_bytes(tail[:4], "little")
     if tail[4:] != PARQUET_MAGIC:
-        raise ArtifactError(f"{path}: not a Parquet file (no {PARQUET_MAGIC.decode()} at its end: cut short?)")
+        raise ArtifactError(f"{path}: not a readable Parquet file (no {PARQUET_MAGIC.decode()} at its end: cut short?)")
     if footer > min(size - 12, MAX_PARQUET_FOOTER):
-        raise ArtifactError(f"{path}: its footer declares {footer} bytes of metadata, the file has {size} bytes (a "
-                            f"reader takes at most {MAX_PARQUET_FOOTER // 2**20} MiB): not a Parquet file it reads")
+        raise ArtifactError(f"{path}: not a readable Parquet file (its footer declares {footer} bytes of metadata, the "
+                            f"file has {size} bytes; a reader takes at most {MAX_PARQUET_FOOTER // 2**20} MiB)")
     return footer
 
 
 def read_table(path: str | os.PathLike, required: Iterable[str] = (),
-               columns: Iterable[str] | None = None) -> pa.Table:
+               columns: Iterable[str] | None = None, vouched: bool = True) -> pa.Table:
     """Read a Parquet artifact (only ``columns``, when given), failing with a message naming the file and
-    missing columns, or what differs from the record of its rows its writer left (see row_record)."""
+    missing columns, or what differs from the record of its rows its writer left (see row_record).
+
+    ``vouched`` (a stage's artifact): the file must carry that record or, written before records existed,
+    rewardloop's provenance (which every table ``write_table`` wrote has carried): a file with neither
+    was written by another program and is refused. ``vouched=False``: a user's file (offline pairs, the
+    table `rewardloop score` reads, anything `rewardloop inspect` is given)."""
     path = Path(path)
     if not path.is_file():
         raise ArtifactError(f"{path}: file not found")
@@ -217,7 +222,12 @@ def read_table(path: str | os.PathLike, required: Iterable[str] = (),
         raise ArtifactError(f"{path}: not a readable Parquet file ({exc})") from exc
     if missing:
         raise ArtifactError(f"{path}: missing column(s) {', '.join(missing)}; has {', '.join(schema.names)}")
-    differs = row_record.mismatch((schema.metadata or {}).get(ROWS_KEY), table.num_rows,
+    metadata = schema.metadata or {}
+    if vouched and ROWS_KEY not in metadata and PROVENANCE_KEY not in metadata:
+        raise ArtifactError(f"{path}: carries neither the record of its rows ({row_record.RECORD_KEY}) nor "
+                            "rewardloop's provenance: not a table a stage of this workflow wrote (replaced by "
+                            "another program?); delete it to redo the stage that writes it")
+    differs = row_record.mismatch(metadata.get(ROWS_KEY), table.num_rows,
                                   row_record.row_ids(table), "rows", "+".join(keys))
     if differs:
         raise ArtifactError(f"{path}: {differs}")

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from rewardloop.artifacts import (
+    PROVENANCE_KEY,
     ArtifactError,
     atomic_path,
     read_provenance,
@@ -194,8 +195,21 @@ def test_a_table_read_in_part_is_still_checked_and_a_table_without_a_record_is_r
         read_table(path, columns=["reward"])
     with pytest.raises(ArtifactError, match="missing column.s. prompt; has sample_id, reward"):
         read_table(path, columns=["prompt"])
-    pq.write_table(pa.Table.from_pandas(SAMPLES.iloc[1:], preserve_index=False), path)  # written before records
+    # written before records: write_table then left its provenance alone, which vouches for the file
+    old = pa.Table.from_pandas(SAMPLES.iloc[1:], preserve_index=False)
+    pq.write_table(old.replace_schema_metadata({PROVENANCE_KEY: b'{"iteration": 0}'}), path)
     assert read_table(path).num_rows == 3
+
+
+def test_a_stage_table_written_by_another_program_is_refused_and_a_users_table_is_read(tmp_path):
+    """The same rows, other sample ids, no record and no provenance (pandas' to_parquet): what replacing
+    samples.parquet by hand gives. A stage refuses it at once, naming the file; a user's input is read."""
+    path = tmp_path / "samples.parquet"
+    SAMPLES.assign(sample_id=[f"x{i}" for i in range(len(SAMPLES))]).to_parquet(path)
+    with pytest.raises(ArtifactError, match=r"samples.parquet: carries neither the record of its rows \(rewardloop_rows\) "
+                                            r"nor rewardloop's provenance: not a table a stage of this workflow wrote"):
+        read_table(path)
+    assert read_table(path, vouched=False).num_rows == len(SAMPLES)
 
 
 def test_a_table_rewritten_by_write_table_gets_a_new_record(tmp_path):

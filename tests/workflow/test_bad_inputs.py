@@ -402,9 +402,10 @@ def without_reward_column(path: Path) -> None:
 def undecodable_image(path: Path) -> str:
     from rewardloop.stages.common import to_arrow
 
-    table = pq.read_table(path).to_pandas()
+    original = pq.read_table(path)
+    table = original.to_pandas()
     table.at[1, "image"] = {"bytes": b"not a png", "path": table.sample_id[1] + ".png"}
-    pq.write_table(to_arrow(table), path)
+    pq.write_table(to_arrow(table).replace_schema_metadata(original.schema.metadata), path)  # the record kept
     return table.sample_id[1]
 
 
@@ -414,6 +415,14 @@ def without_a_row(path: Path) -> str:
     dropped = table.column("sample_id")[3].as_py()
     pq.write_table(pa.concat_tables([table.slice(0, 3), table.slice(4)]), path)
     return dropped
+
+
+def replaced_by_another_program(path: Path) -> str:
+    """The same number of rows, other sample ids, written by pandas: no record of its rows, no provenance."""
+    frame = pq.read_table(path).to_pandas()
+    frame["sample_id"] = [f"other-{k}" for k in range(len(frame))]
+    frame.to_parquet(path)
+    return frame.sample_id[0]
 
 
 def without_first_chosen_latents(path: Path) -> str:
@@ -447,6 +456,9 @@ DAMAGED = [
     ("samples.parquet with a row dropped", "iter_000/samples.parquet", without_a_row, "score",
      "results/iter_000/samples.parquet: 7 rows but generate recorded 8 (sample_id {sample} missing): the file was "
      "changed after generate wrote it; delete it to redo generate"),
+    ("samples.parquet replaced by another program", "iter_000/samples.parquet", replaced_by_another_program,
+     "score", "results/iter_000/samples.parquet: carries neither the record of its rows (rewardloop_rows) nor "
+     "rewardloop's provenance: not a table a stage of this workflow wrote"),
     ("latents missing a sample, preflight", "iter_000/latents.safetensors", without_first_chosen_latents,
      "preflight", "results/iter_000/latents.safetensors: has no tensor 'latents/{sample}'"),
     ("latents missing a sample, train", "iter_001/latents.safetensors", without_first_chosen_latents, "train",

@@ -89,7 +89,7 @@ def load_inputs(images_arg: str, prompts_arg: str | None):
     if source.is_file():
         if prompts_arg is not None:
             raise ValueError("--prompts is for image folders; a samples.parquet carries its prompts")
-        table = read_table(source, required=("sample_id", "prompt", "image")).to_pydict()
+        table = read_table(source, required=("sample_id", "prompt", "image"), vouched=False).to_pydict()
         images = [
             decode_image(cell or {"bytes": b""}, f"{source}: sample {sid!r}")
             for sid, cell in tqdm(

@@ -38,7 +38,7 @@ def _image_bytes(cell, where: str) -> bytes:
 
 def read_offline_pairs(path, max_pairs: int | None, seed: int) -> pd.DataFrame:
     """Rows of caption, chosen (bytes), rejected (bytes); ties dropped; a seeded subset of ``max_pairs``."""
-    table = read_table(path, required=list(COLUMNS)).to_pandas()
+    table = read_table(path, required=list(COLUMNS), vouched=False).to_pandas()  # the user's pairs
     labels = table.label_0.astype(float)
     bad = ~labels.isin([0.0, 0.5, 1.0])
     if bad.any():

@@ -131,8 +131,8 @@ def test_a_parquet_footer_that_declares_more_than_a_reader_takes_is_refused_befo
     data[-8:-4] = (100 * 2**20).to_bytes(4, "little")
     data[-8 - 4:-8] = b"\0" * 4  # and garbage where the footer ends, so no real footer parses
     path.write_bytes(bytes(data))
-    message = (f"{path}: its footer declares {100 * 2**20} bytes of metadata, the file has {len(data)} bytes (a reader "
-               f"takes at most {MAX_PARQUET_FOOTER // 2**20} MiB): not a Parquet file it reads")
+    message = (f"{path}: not a readable Parquet file (its footer declares {100 * 2**20} bytes of metadata, the file "
+               f"has {len(data)} bytes; a reader takes at most {MAX_PARQUET_FOOTER // 2**20} MiB)")
     assert cli.main(["inspect", str(path)]) == 1
     assert capsys.readouterr().err == f"rewardloop inspect: error: {message}\n"
     assert cli.main(["inspect", str(tmp_path)]) == 0
@@ -140,7 +140,7 @@ def test_a_parquet_footer_that_declares_more_than_a_reader_takes_is_refused_befo
     with pytest.raises(ArtifactError, match="its footer declares 104857600 bytes"):
         read_table(path)
     path.write_bytes(b"PAR1" + bytes(4))
-    with pytest.raises(ArtifactError, match="8 bytes, too short for a Parquet file"):
+    with pytest.raises(ArtifactError, match=r"not a readable Parquet file \(8 bytes, too short for one\)"):
         read_table(path)
 
 
