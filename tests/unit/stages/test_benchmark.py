@@ -236,7 +236,7 @@ HEADER = "Prompts,Category\n"
     ("drawbench", HEADER + '"a red circle\non a blue background",Colors\n', r"line 2: a quoted cell runs on to line 3"),
     ("drawbench", HEADER + "a cat,Animals\na cat, a dog,Animals\n", r"line 3: 3 cell\(s\) where the header has 2"),
     ("pickapic", 'caption\n"a red circle\na blue square"\n', r"line 2: a quoted cell runs on to line 3"),
-])
+], ids=["quote-closed-mid-cell", "quote-never-closed", "cell-over-two-lines", "a-cell-too-many", "pickapic-csv"])
 def test_a_csv_prompt_sheet_that_csv_would_misread_is_refused_naming_the_line(tmp_path, fmt, text, named):
     path = tmp_path / "sheet.csv"
     path.write_text(text)
