@@ -163,6 +163,8 @@ def check_existing(path: str | os.PathLike, recipe: dict) -> Existing:
     path = Path(path)
     if not path.exists():
         return Existing(build=True)
+    if not get_family(recipe["family"]).tiny_pretrained:  # a random-init plumbing model records no recipe
+        return Existing(build=False)
     fix = (f"rebuild it with `rewardloop build-tiny --out {path}` and the recipe's options (it is replaced only "
            f"once the new build is complete), or set model.path to another folder, which the workflow builds")
     info = read_build_info(path)

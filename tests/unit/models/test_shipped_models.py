@@ -92,6 +92,8 @@ def test_check_existing_uses_a_folder_of_the_same_recipe_and_refuses_another(tmp
     (copy / "build_info.json").unlink()
     with pytest.raises(tiny_builds.TinyBuildError, match="has no build_info.json with a recipe"):
         tiny_builds.check_existing(copy, recipe)
+    # a random-init plumbing model (sdxl) records no recipe: a folder there is used as it is
+    assert not tiny_builds.check_existing(copy, {**recipe, "family": "sdxl"}).build
 
 
 def test_check_existing_warns_when_the_builder_changed_since_the_build(tmp_path):
