@@ -34,12 +34,6 @@ rule plot_curves:
 
 rule report_config:
     localrule: True
-    # The config is recorded with the results it describes: once every iteration is exported and evaluated,
-    # so a rerun that fails on the way leaves the record of the config its finished tables were made with
-    # (and this light job does not delay the first rollouts, the run's critical path).
-    input:
-        [metrics_file("eval", BASE_DIR)]
-        + [metrics_file(stage, iter_dir(it)) for it in range(config["iterations"]) for stage in ("export", "eval")],
     output:
         config=report(
             RUN.report(layout.RUN_CONFIG),
