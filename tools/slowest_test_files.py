@@ -18,12 +18,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_file(classname: str) -> str:
     """``tests.workflow.test_x`` or ``tests.workflow.test_x.TestClass`` -> ``tests/workflow/test_x.py``."""
-    parts = classname.split(".")
+    parts = [part for part in classname.split(".") if part]  # a collection error's classname is ""
     for end in range(len(parts), 0, -1):
         candidate = Path(*parts[:end]).with_suffix(".py")
         if (ROOT / candidate).is_file():
             return str(candidate)
-    return classname
+    return classname or "(no test file: a collection or session error)"
 
 
 def seconds_by_file(junit_xml: str | Path) -> Counter:
