@@ -37,6 +37,7 @@ SECONDS = {  # estimates: recipe smokes ~70 s each, the crash tests ~180 s each,
     "tests/workflow/test_integrity.py": 100,
     "tests/unit/training/test_full_and_offline.py": 60,
     "tests/unit/objectives/test_grpo_guard.py": 30,
+    "tests/unit/models/test_half_precision_fidelity.py": 110,  # 12 cases, each 3 samplings
 }
 
 

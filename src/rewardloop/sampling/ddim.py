@@ -70,7 +70,7 @@ def sample_latents(
     scheduler = scheduler or build_sampler(pipe.scheduler.config, "ddim")
     device, dtype = pipe.device, denoiser.dtype
     rows = {"prompt_embeds": embeds} if isinstance(embeds, torch.Tensor) else embeds
-    uncond = family.encode(pipe, [""]) if settings.guidance_scale > 1.0 else None
+    uncond = family.unconditional(pipe) if settings.guidance_scale > 1.0 else None
     shape = family.latent_shape(pipe, settings.resolution)
     if type(scheduler).__name__ == "DDIMScheduler":  # no repeated or out-of-range step (PNDM repeats by design)
         inference_timesteps(scheduler, settings.steps)

@@ -57,7 +57,7 @@ def sample_ddim_recorded(pipe, family, cond, seeds: Sequence[int], settings, bat
     timesteps = inference_timesteps(scheduler, settings.steps)
     shape = family.latent_shape(pipe, settings.resolution)
     rows = {"prompt_embeds": cond} if isinstance(cond, torch.Tensor) else cond
-    uncond = family.encode(pipe, [""]) if settings.guidance_scale > 1.0 else None
+    uncond = family.unconditional(pipe) if settings.guidance_scale > 1.0 else None
     outputs, records = [], []
     for start in tqdm(range(0, len(seeds), batch_size), desc=desc, unit="batch", disable=not progress):
         batch_seeds = list(seeds[start: start + batch_size])

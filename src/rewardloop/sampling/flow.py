@@ -46,7 +46,7 @@ def sample_flow(pipe, family, cond: Mapping[str, torch.Tensor], seeds: Sequence[
     sigmas = rollout_sigmas(pipe, family, scheduler, settings)
     num_train = scheduler.config.num_train_timesteps
     shape = family.latent_shape(pipe, settings.resolution)
-    uncond = family.encode(pipe, [""]) if family.uses_cfg and settings.guidance_scale > 1.0 else None
+    uncond = family.unconditional(pipe) if family.uses_cfg and settings.guidance_scale > 1.0 else None
     sde_steps = [list(s) for s in sde_steps] if sde_steps is not None else None
     dynamics = get_dynamics(sde_type)
     stds = [dynamics.std(sigmas, j, noise_level) for j in range(settings.steps)]

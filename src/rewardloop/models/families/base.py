@@ -140,6 +140,13 @@ class ModelFamily:
         raise FamilyError(f"model.family {self.name} is not a rectified-flow family: it has no sigma grid")
 
     # The denoiser ----------------------------------------------------------------------------------
+    def unconditional(self, pipe) -> dict:
+        """The conditioning classifier-free guidance pairs with the prompts' ({key: [1, ...]}): what the family's
+        pipeline uses when given no negative prompt, the empty prompt's encoding unless the family says otherwise.
+        (Not ``train.proportion_empty_prompts``' dropout, which trains on the empty prompt's encoding: cache key
+        ``empty_prompt/``.)"""
+        return self.encode(pipe, [""])
+
     def predict(self, denoiser, latents: torch.Tensor, timestep, cond: Mapping[str, torch.Tensor], *,
                 guidance_scale: float = 1.0, uncond: Mapping[str, torch.Tensor] | None = None, dtype=None,
                 pixel_size: int | None = None) -> torch.Tensor:

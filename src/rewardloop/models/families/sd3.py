@@ -72,5 +72,5 @@ class SD3(ModelFamily):
         t = batch_timesteps(timestep, latents)
         x, t, rows = cfg_batch(latents, t, cond, uncond, guidance_scale)
         out = denoiser(x.to(dtype), encoder_hidden_states=rows["prompt_embeds"].to(dtype),
-                       pooled_projections=rows["pooled_embeds"].to(dtype), timestep=t.to(dtype)).sample.float()
+                       pooled_projections=rows["pooled_embeds"].to(dtype), timestep=t).sample.float()
         return combine(out, len(latents), guidance_scale)

@@ -36,6 +36,17 @@ class SDXL(UNetFamily):
                                                   do_classifier_free_guidance=False)
         return {"prompt_embeds": embeds, "pooled_embeds": pooled}
 
+    def unconditional(self, pipe):
+        # StableDiffusionXLPipeline given no negative prompt guides against zeros, not the empty prompt's
+        # encoding, where its model_index.json sets force_zeros_for_empty_prompt (the published base-1.0 does):
+        # pipeline_stable_diffusion_xl.py encode_prompt, "zero_out_negative_prompt".
+        import torch
+
+        empty = self.encode(pipe, [""])
+        if getattr(pipe.config, "force_zeros_for_empty_prompt", False):
+            return {key: torch.zeros_like(value) for key, value in empty.items()}
+        return empty
+
     def unet_kwargs(self, cond, pixel_size):
         if pixel_size is None:
             raise ValueError("sdxl: the UNet's added time ids need the image size (pixel_size)")
