@@ -130,13 +130,11 @@ def fsdp_check(cfg: dict, it: Path, signal: Path, gpus: int) -> dict:
             "fsdp_train_s": seconds["fsdp"]}
 
 
-def run_recipe(name: str, out: Path, assets: Path, size: str, device: str, fsdp: int = 0) -> dict:
-    from rewardloop.artifacts import read_table, read_tensors
+def recipe_run_config(name: str, out: Path, assets: Path, size: str, device: str) -> tuple[dict, float]:
+    """The recipe's config for this script (its replica and reward stand-ins, the shortened sizes) and the
+    seconds it took to build the replica and stand-ins (0 when ``assets`` already holds them)."""
     from rewardloop.config import deep_merge, load
-    from rewardloop.models.families import get_family
-    from rewardloop.objectives import get_objective
     from rewardloop.smoke.overlay import recipe_config, write_overlay
-    from rewardloop.stages import advantages, generate, pairs, score, train
 
     recipe = ROOT / "configs" / f"{name}.yaml"
     own = recipe_config(recipe)
@@ -147,7 +145,16 @@ def run_recipe(name: str, out: Path, assets: Path, size: str, device: str, fsdp:
     kept = {"generate": {k: own["generate"][k] for k in ("resolution", "batch_size")},
             "train": {"batch_size": own["train"]["batch_size"]}} if size == "full" else {}
     sizes = deep_merge(GPU_SIZES, kept)
-    cfg = load(recipe, deep_merge(deep_merge(overlay, sizes), {"device": device}))
+    return load(recipe, deep_merge(deep_merge(overlay, sizes), {"device": device})), replica_s
+
+
+def run_recipe(name: str, out: Path, assets: Path, size: str, device: str, fsdp: int = 0) -> dict:
+    from rewardloop.artifacts import read_table, read_tensors
+    from rewardloop.models.families import get_family
+    from rewardloop.objectives import get_objective
+    from rewardloop.stages import advantages, generate, pairs, score, train
+
+    cfg, replica_s = recipe_run_config(name, out, assets, size, device)
     family, objective = get_family(cfg["model"]["family"]), get_objective(cfg["train"]["loss"])
     it = out / name / "iter_000"
     it.mkdir(parents=True, exist_ok=True)

@@ -59,12 +59,17 @@ def sample_flow(pipe, family, cond: Mapping[str, torch.Tensor], seeds: Sequence[
                                for s in batch_seeds]).to(device)
         generators = [torch.Generator().manual_seed(s + 1) for s in batch_seeds]
         batch_steps = sde_steps[start: start + n] if sde_steps is not None else [[] for _ in batch_seeds]
+        # Every step's noise drawn up front and moved to the device at once (one copy a batch, not one a step);
+        # each generator's draws come in the same order as step by step, so the values are the same. An ODE
+        # rollout (eval, no SDE step anywhere) draws none: nothing would use them.
+        noises = (torch.stack([torch.stack([torch.randn(shape, generator=g) for g in generators])
+                               for _ in range(settings.steps)]).to(device) if sde_steps is not None else None)
         recorder = StepRecorder(n)
         for j in range(settings.steps):
             sigma, sigma_next = float(sigmas[j]), float(sigmas[j + 1])
             is_sde = [j in steps for steps in batch_steps]
             std = torch.tensor([stds[j] if flag else 0.0 for flag in is_sde])
-            noise = torch.stack([torch.randn(shape, generator=g) for g in generators]).to(device)
+            noise = noises[j] if noises is not None else None
             velocity = family.predict(denoiser, latents, sigma * num_train, rows, guidance_scale=settings.guidance_scale,
                                       uncond=uncond, pixel_size=settings.resolution)
             next_latents, mean = dynamics.step(velocity, latents, sigma, sigma_next, std.to(device), noise)
