@@ -33,23 +33,21 @@ def test_gpu_smoke_runs_on_the_cpu_with_tiny_replicas(tmp_path):
 
 @pytest.mark.workflow
 def test_steady_state_bench_runs_on_the_cpu_with_tiny_replicas(tmp_path):
-    """bench/steady_state.py (issue 43's steady-state figures): a pairs objective (its optimizer steps varied) and a
-    samples objective (its passes varied), each against the bare pipeline on the same loaded weights."""
-    recipes = "sd15_pickscore_dpo,sd35m_pickscore_nft"
+    """bench/steady_state.py (issue 43's steady-state figures) on a flow recipe in bf16: the load, our rollouts
+    against the bare pipeline on the same loaded weights, training from 1 and 3 passes over the samples. (A
+    pairs recipe varies the optimizer steps instead: `make bench` runs it on SD1.5's DPO.)"""
+    recipe = "sd35m_pickscore_nft"
     run = subprocess.run([sys.executable, str(ROOT / "bench/steady_state.py"), "--size", "tiny", "--device", "cpu",
-                          "--out", str(tmp_path), "--recipes", recipes, "--batches", "1", "--train-steps", "2"],
+                          "--out", str(tmp_path), "--recipes", recipe, "--batches", "1"],
                          capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"})
     assert run.returncode == 0, run.stderr[-3000:]
-    rows = json.loads((tmp_path / "steady_state.json").read_text())
-    assert [r["recipe"] for r in rows] == recipes.split(",")
-    for row in rows:
-        for key in ("load_s", "rollout_images_per_s", "bare_images_per_s", "rollout_vs_bare", "train_per_s",
-                    "forward_tflop", "rollout_mfu"):
-            assert math.isfinite(row[key]) and row[key] > 0, (row["recipe"], key)
-        assert row["rollout_vs_bare"] == pytest.approx(row["rollout_images_per_s"] / row["bare_images_per_s"])
-    assert [r["train_unit"] for r in rows] == ["pairs", "samples"]
-    assert "train_mfu" in rows[0] and rows[0]["precision"] == "fp16" and rows[1]["precision"] == "bf16"
+    (row,) = json.loads((tmp_path / "steady_state.json").read_text())
+    assert row["recipe"] == recipe and row["precision"] == "bf16" and row["train_unit"] == "samples"
+    for key in ("load_s", "rollout_images_per_s", "bare_images_per_s", "rollout_vs_bare", "train_per_s",
+                "forward_tflop", "rollout_mfu"):
+        assert math.isfinite(row[key]) and row[key] > 0, key
+    assert row["rollout_vs_bare"] == pytest.approx(row["rollout_images_per_s"] / row["bare_images_per_s"])
     lines = [line for line in run.stdout.splitlines() if "ours/bare" in line and "): load" in line]
-    assert len(lines) == 2 and all("(at full size on a GPU)" in line for line in lines)  # a line per recipe
+    assert len(lines) == 1 and "(at full size on a GPU)" in lines[0]
     table = run.stdout[run.stdout.index("recipe  "):].splitlines()  # then the table, a row per recipe
-    assert [line.split()[0] for line in table[2:4]] == recipes.split(",")
+    assert table[2].split()[0] == recipe
