@@ -19,7 +19,7 @@ venv: $(STAMP)
 # --compile-bytecode: uv writes no .pyc (pip does), and where PYTHONDONTWRITEBYTECODE is set (it is on our CI
 # machines) Python never caches one either, so every job's process compiled torch, diffusers and
 # transformers from source: 16.8 s to import them vs 7.4 s from .pyc (AMD EPYC, 2 cores), paid by every
-# job of every run and test. Compiling the venv once costs ~40 s.
+# job of every run and test. Compiling the venv once costs ~35 s.
 UV ?= $(shell command -v uv 2>/dev/null)
 UV_VERSION := 0.13.8
 

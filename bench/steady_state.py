@@ -28,7 +28,6 @@ import argparse
 import gc
 import json
 import sys
-import time
 import traceback
 from pathlib import Path
 
@@ -48,28 +47,6 @@ TARGETS = {
 BARE_RATIO_GOAL = 0.95
 
 
-def synchronize(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-
-
-def timed(device: str, work) -> float:
-    synchronize(device)
-    started = time.perf_counter()
-    work()
-    synchronize(device)
-    return time.perf_counter() - started
-
-
-def peak_gb(device: str) -> float:
-    return torch.cuda.max_memory_allocated() / 1e9 if device.startswith("cuda") else float("nan")
-
-
-def reset_peak(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.reset_peak_memory_stats()
-
-
 def rollout_figures(cfg: dict, batches: int) -> dict:
     """Load, then our rollouts and the bare pipeline's, each after a warm-up batch, on the same weights."""
     import diffusers
@@ -82,12 +59,10 @@ def rollout_figures(cfg: dict, batches: int) -> dict:
     from rewardloop.stages.common import rollout
     from rewardloop.stages.generate import sampler_settings
 
-    device, gen = cfg["device"], cfg["generate"]
+    gen, cuda = cfg["generate"], cfg["device"].startswith("cuda")
     family, batch = get_family(cfg["model"]["family"]), gen["batch_size"]
-    started = time.perf_counter()
-    pipe = models.load_pipeline(cfg["model"], device=device, dtype=models.torch_dtype(gen["precision"]))
-    synchronize(device)
-    load_s = time.perf_counter() - started
+    with gpu_smoke.Stage("load", cuda) as load:
+        pipe = models.load_pipeline(cfg["model"], device=cfg["device"], dtype=models.torch_dtype(gen["precision"]))
     table = prompts.load_prompts(cfg["prompts"]["train"], key="prompts.train")
     chosen = [table.prompt.iloc[i % len(table)] for i in range(batch)]  # one image per prompt, a batch of them
     rows = pd.DataFrame({"prompt_id": [f"p{i}" for i in range(batch)], "prompt": chosen})
@@ -110,17 +85,20 @@ def rollout_figures(cfg: dict, batches: int) -> dict:
     # The bare pipeline first: our decoding moves a force_upcast VAE to fp32 under fp16 for good (as
     # StableDiffusionXLPipeline does; StableDiffusionPipeline decodes in fp16), which the bare SD1.5 one refuses.
     theirs(-1)
-    theirs_s = timed(device, lambda: [theirs(run) for run in range(batches)])
+    with gpu_smoke.Stage("bare pipeline", cuda) as bare_run:
+        for run in range(batches):
+            theirs(run)
     ours(-1)
-    reset_peak(device)
-    ours_s = timed(device, lambda: [ours(run) for run in range(batches)])
-    rollout_peak = peak_gb(device)
+    with gpu_smoke.Stage("rollouts", cuda) as our_run:
+        for run in range(batches):
+            ours(run)
     images = batches * batch
     tokens = family.encode(pipe, chosen[:1])["prompt_embeds"].shape[1]  # the text length the denoiser attends to
     del pipe, bare
     gc.collect()
-    return {"load_s": load_s, "rollout_images_per_s": images / ours_s, "bare_images_per_s": images / theirs_s,
-            "rollout_vs_bare": theirs_s / ours_s, "rollout_peak_gb": rollout_peak, "rollout_batch": batch,
+    return {"load_s": load.seconds, "rollout_images_per_s": images / our_run.seconds,
+            "bare_images_per_s": images / bare_run.seconds, "rollout_vs_bare": bare_run.seconds / our_run.seconds,
+            "rollout_peak_gb": our_run.peak_gb, "rollout_batch": batch,
             "rollout_steps": settings.steps, "guidance_scale": settings.guidance_scale, "text_tokens": tokens}
 
 
@@ -131,7 +109,7 @@ def training_figures(cfg: dict, it: Path, steps: int) -> dict:
     from rewardloop.objectives import get_objective
     from rewardloop.stages import train
 
-    device, loss = cfg["device"], cfg["train"]["loss"]
+    cuda, loss = cfg["device"].startswith("cuda"), cfg["train"]["loss"]
     objective = get_objective(loss)
     signal = it / f"{objective.signal}.parquet"
     pairs = objective.signal == "pairs"
@@ -143,11 +121,10 @@ def training_figures(cfg: dict, it: Path, steps: int) -> dict:
             job["train"].update(steps=scale * steps, checkpointing_steps=10 * steps)
         else:
             job["train"][loss] = {**(cfg["train"].get(loss) or {}), "inner_epochs": scale}
-        reset_peak(device)
-        seconds[scale] = timed(device, lambda: train.run(job, 0, signal, it / "latents.safetensors", None,
-                                                         run / "train", run / "state", run / "train.json",
-                                                         threads=8, progress=False))
-        peaks[scale] = peak_gb(device)
+        with gpu_smoke.Stage(f"train x{scale}", cuda) as stage:
+            train.run(job, 0, signal, it / "latents.safetensors", None, run / "train", run / "state",
+                      run / "train.json", threads=8, progress=False)
+        seconds[scale], peaks[scale] = stage.seconds, stage.peak_gb
         if scale == 1 and not pairs:  # a pass over the samples: the train stage's count of them (train.json "samples")
             per_pass = json.loads((run / "train.json").read_text())["samples"]
         units[scale] = scale * (steps * cfg["train"]["batch_size"] if pairs else per_pass)

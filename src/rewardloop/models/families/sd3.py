@@ -71,6 +71,8 @@ class SD3(ModelFamily):
         dtype = dtype or denoiser.dtype
         t = batch_timesteps(timestep, latents)
         x, t, rows = cfg_batch(latents, t, cond, uncond, guidance_scale)
+        # The timestep stays fp32, as StableDiffusion3Pipeline passes the scheduler's (cast to bf16, 790.37 was 792):
+        # tests/unit/models/test_half_precision_fidelity.py
         out = denoiser(x.to(dtype), encoder_hidden_states=rows["prompt_embeds"].to(dtype),
                        pooled_projections=rows["pooled_embeds"].to(dtype), timestep=t).sample.float()
         return combine(out, len(latents), guidance_scale)
