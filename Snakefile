@@ -5,7 +5,7 @@
 import copy
 import sys
 
-from rewardloop.runtime import cpu_kernels, input_links, job_records, previous_versions, runlock, warm
+from rewardloop.runtime import canonical_params, cpu_kernels, input_links, job_records, previous_versions, runlock, warm
 from rewardloop.artifacts import remove_stale_temps
 from rewardloop.config import check_existing_iterations, check_results_layout, check_train_nodes, startup_warnings
 from rewardloop.config import validate as validate_config
@@ -48,6 +48,8 @@ if workflow.is_main_process:
     restored = job_records.restore_missing("results")
     if restored:
         print(restored, file=sys.stderr)
+    # records of an older version, whose params list a dict's keys as the config did: made canonical once
+    canonical_params.canonicalize_records(job_records.METADATA)
 KEPT = None  # this run's links to the finished files (onstart), restored if a job fails (onerror)
 
 
@@ -137,6 +139,11 @@ else:
 # the cluster can place and the job can launch (config/checks.py); refused here, before any job is planned.
 TRAIN_RESOURCES = rule_overrides(workflow.resource_settings, "train")
 check_train_nodes(config, TRAIN_RESOURCES)
+
+
+# A finished job reruns when its params' values change, never when only the order of a config's keys does:
+# every rule's params compare in a canonical form (src/rewardloop/runtime/canonical_params.py).
+canonical_params.apply(workflow.rules)
 
 
 rule all:

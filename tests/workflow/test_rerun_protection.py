@@ -1,4 +1,5 @@
-"""A rerun cannot destroy finished work (src/rewardloop/runtime/previous_versions.py), on the real workflow.
+"""A rerun cannot destroy finished work (src/rewardloop/runtime/previous_versions.py), nor be planned by a
+config's spelling rather than its values (runtime/canonical_params.py), on the real workflow.
 
 From a copy of the session's finished 2-iteration run, a changed config reruns jobs whose finished
 outputs Snakemake deletes before each job starts. When the job then fails, or the run is killed, the
@@ -8,6 +9,8 @@ config they belong to: the original config plans nothing of theirs, the changed 
 
 from __future__ import annotations
 
+import ast
+import json
 import os
 import signal
 import subprocess
@@ -15,9 +18,10 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
-from rewardloop.runtime import previous_versions
-from workflow_helpers import ROOT, SNAKEMAKE, copy_run, file_digests, snakemake
+from rewardloop.runtime import canonical_params, previous_versions
+from workflow_helpers import ROOT, SNAKEMAKE, copy_run, file_digests, planned_jobs, snakemake
 
 pytestmark = pytest.mark.workflow
 
@@ -38,6 +42,11 @@ def finished(results: Path) -> dict:
 def params_changed(workdir: Path, *args: str) -> set[str]:
     """The outputs whose recorded params differ from the config's (Snakemake's --list-changes params)."""
     return set(snakemake(workdir, "--list-changes", "params", *args).stdout.split())
+
+
+def planned(workdir: Path, *args: str) -> set:
+    """The jobs a dry run with these arguments plans: {(rule, wildcards)}."""
+    return set(planned_jobs(snakemake(workdir, "-n", *args)))
 
 
 def test_a_job_that_fails_on_rerun_gives_back_the_finished_files_it_removed(finished_run, tmp_path):
@@ -93,3 +102,47 @@ def test_a_killed_rerun_gives_back_the_finished_files_before_the_next_plan(finis
     # Any other change is a file that a job of the killed run finished (evals and what reads them)
     assert all(after[path][1] >= started_ns for path in before if after[path] != before[path])
     assert not previous_versions.folder_of(results).exists()
+
+
+def reordered(value):
+    """``value`` with every dict's keys in reverse order: the same config, spelled otherwise."""
+    if isinstance(value, dict):
+        return {key: reordered(value[key]) for key in reversed(list(value))}
+    return [reordered(item) for item in value] if isinstance(value, list) else value
+
+
+def test_restating_a_value_or_reordering_a_configs_keys_reruns_nothing(finished_run, tmp_path):
+    """Issue 46 §1: params are compared by value, never by the order in which a config lists its keys."""
+    workdir = copy_run(finished_run, tmp_path / "run")
+    before = file_digests(workdir / "results")
+    overlay = yaml.safe_load((workdir / "test.yaml").read_text())
+    restated = f"model={{path: {overlay['model']['path']}}}"  # the path it already had
+    (workdir / "reordered.yaml").write_text(yaml.safe_dump(reordered(overlay), sort_keys=False))
+    reordered_config = ("--configfile", str(workdir / "reordered.yaml"))
+    assert not planned(workdir, "--config", restated)
+    assert not planned(workdir, *reordered_config)
+    assert not planned(workdir, *reordered_config, "--config", restated)
+    # a changed value still reruns what it changes
+    assert ("train", "it=000") in planned(workdir, *reordered_config, "--config", STEPS_CHANGED)
+    assert file_digests(workdir / "results") == before
+
+
+def test_params_recorded_by_an_older_version_in_key_order_are_compared_by_value(finished_run, tmp_path):
+    """Records written before params were canonical list a dict's keys as the config did: the first run of
+    this version rewrites them (same values) instead of rerunning the whole run."""
+    workdir = copy_run(finished_run, tmp_path / "run")
+    metadata = workdir / ".snakemake/metadata"
+    (workdir / ".snakemake" / canonical_params.MARKER).unlink(missing_ok=True)
+    rewritten = 0
+    for record in (path for path in metadata.rglob("*") if path.is_file()):
+        data = json.loads(record.read_text())
+        old = [repr(reordered(ast.literal_eval(p))) if p.startswith("{") else p for p in data["params"]]
+        rewritten += old != data["params"]
+        record.write_text(json.dumps({**data, "params": old}))
+    assert rewritten > 10
+    before = file_digests(workdir / "results")
+    assert not planned(workdir)
+    for record in (path for path in metadata.rglob("*") if path.is_file()):
+        params = json.loads(record.read_text())["params"]
+        assert params == [canonical_params.canonical_repr(p) for p in params]
+    assert file_digests(workdir / "results") == before

@@ -23,6 +23,8 @@ import binascii
 import shutil
 from pathlib import Path
 
+from rewardloop.runtime import canonical_params
+
 FOLDER = ".snakemake-records"  # in the results folder
 METADATA = Path(".snakemake") / "metadata"  # Snakemake's records, relative to the working directory
 
@@ -81,6 +83,7 @@ def restore_missing(results: str = "results", metadata: Path = METADATA) -> str 
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(record, target)
+        canonical_params.canonicalize_record(target)  # a copy kept by an older version compares by value too
         restored += 1
     if not restored:
         return None
