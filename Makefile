@@ -16,24 +16,28 @@ venv: $(STAMP)
 # is; otherwise pip puts uv's wheel (UV_VERSION) into the venv first. pip installs everything itself with
 # UV=pip, or when uv cannot be had (an index without it). uv reads no pip settings, so a PIP_FIND_LINKS
 # (wheels already on disk, e.g. torch) is handed to it as UV_FIND_LINKS.
-# --compile-bytecode: uv writes no .pyc (pip does), and where PYTHONDONTWRITEBYTECODE is set (it is on our CI
-# machines) Python never caches one either, so every job's process compiled torch, diffusers and
-# transformers from source: 16.8 s to import them vs 7.4 s from .pyc (AMD EPYC, 2 cores), paid by every
-# job of every run and test. Compiling the venv once costs ~35 s.
+# Bytecode: uv writes no .pyc (pip does), and where PYTHONDONTWRITEBYTECODE is set (it is on our CI machines)
+# Python never caches one either, so every job's process compiled torch, diffusers and transformers from
+# source: 16.8 s to import them vs 7.4 s from .pyc (AMD EPYC, 2 cores), paid by every job of every run and
+# test. So the venv's processes started from here write their bytecode as they import (the variable is
+# emptied below): the first import of a module compiles it once, and only the modules a run imports are
+# compiled. (Compiling the whole venv at install, uv's --compile-bytecode, took ~35 s, ~20 s more than a first
+# `make run` pays compiling what it imports.)
+export PYTHONDONTWRITEBYTECODE :=
 UV ?= $(shell command -v uv 2>/dev/null)
 UV_VERSION := 0.13.8
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
 	@uv="$(UV)"; \
 	if [ -z "$$uv" ] && $(BIN)/python -m pip install --quiet uv==$(UV_VERSION); then uv=$(BIN)/uv; fi; \
 	if [ -n "$$uv" ] && [ "$$uv" != pip ]; then \
 		echo "make venv: installing with $$uv"; \
-		UV_FIND_LINKS="$${UV_FIND_LINKS:-$$PIP_FIND_LINKS}" $$uv pip install --quiet --compile-bytecode \
+		UV_FIND_LINKS="$${UV_FIND_LINKS:-$$PIP_FIND_LINKS}" $$uv pip install --quiet \
 			--python $(BIN)/python -c constraints.txt -e '.[test]'; \
 	else \
 		echo "make venv: installing with pip"; \
+		$(BIN)/python -m pip install --quiet --upgrade pip; \
 		$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test]'; \
 	fi
 	touch $@

@@ -30,7 +30,7 @@ rule train:
     benchmark:
         RUN.benchmark(ITER_NAME, "train")
     priority: LOOP_PRIORITY
-    threads: config["resources"]["threads"]
+    threads: config["resources"]["train_threads"] or config["resources"]["threads"]
     resources:
         **job_resources(gpu=job_gpus.train_gpus(config)),
     conda:
