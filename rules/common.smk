@@ -97,6 +97,17 @@ BENCHMARK_TABLES = sorted(str(p) for p in Path(RESULTS).glob(f"*/{layout.BENCHMA
 TRACKING_RUN = RUN.tracking_run
 
 
+def stage_results():
+    """The base model's eval and every iteration's artifacts and records: what the run's config made (and
+    its recorded copy, rule report_config, describes)."""
+    base_files = (layout.EVAL_TABLE, layout.metrics_name(layout.EVAL_STAGE), *GUIDANCE_EVAL_FILES)
+    results = [f"{BASE_DIR}/{name}" for name in base_files]
+    for it in range(config["iterations"]):
+        results += [f"{iter_dir(it)}/{name}" for name in ITERATION_ARTIFACTS + ITERATION_RECORDS]
+        results += [f"{iter_dir(it)}/{name}" for name in GUIDANCE_EVAL_FILES]
+    return results
+
+
 def all_targets():
     """Every stage's artifact and record of every iteration: deleting any one of them redoes its stage
     (and what follows).
@@ -104,11 +115,7 @@ def all_targets():
     Plus the report's figures and config, (with tracking.enabled) the MLflow tracking markers, and the
     monitors' files (health, gold rescores, guard verdicts).
     """
-    base_files = (layout.EVAL_TABLE, layout.metrics_name(layout.EVAL_STAGE), *GUIDANCE_EVAL_FILES)
-    targets = [f"{BASE_DIR}/{name}" for name in base_files]
-    for it in range(config["iterations"]):
-        targets += [f"{iter_dir(it)}/{name}" for name in ITERATION_ARTIFACTS + ITERATION_RECORDS]
-        targets += [f"{iter_dir(it)}/{name}" for name in GUIDANCE_EVAL_FILES]
+    targets = stage_results()
     targets += [RUN.report(layout.CURVES), RUN.report(layout.RUN_CONFIG), f"{BASE_DIR}/{layout.EVAL_GRID}"]
     if BENCHMARK_TABLES:  # rule benchmark_table (rules/report.smk)
         targets.append(RUN.report(layout.BENCHMARK_REPORT))

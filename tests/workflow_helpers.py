@@ -99,3 +99,21 @@ def planned_jobs(result: subprocess.CompletedProcess) -> Counter:
     if len(jobs) != total:
         raise ValueError(f"{len(jobs)} 'rule X:' blocks but a job summary total of {total}")
     return Counter(map(tuple, jobs))
+
+
+def immutable_folder(folder: Path):
+    """Make ``folder`` and everything in it but links immutable (``chattr +i``, ext4 and the like): a folder
+    that not even root may write, as a read-only one is to its owner (tests run as root, for whom chmod a-w
+    changes nothing). Skips the test where unsupported. Returns ``chattr(flag)`` to undo it with ``"-i"``."""
+    import pytest
+
+    tool = shutil.which("chattr")
+    paths = [str(p) for p in (folder, *folder.rglob("*")) if not p.is_symlink()]
+
+    def chattr(flag: str) -> bool:
+        return bool(tool) and subprocess.run([tool, flag, *paths], capture_output=True).returncode == 0
+
+    if not chattr("+i"):
+        chattr("-i")
+        pytest.skip("chattr +i is not supported here")
+    return chattr

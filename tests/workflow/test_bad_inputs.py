@@ -32,7 +32,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from workflow_helpers import ROOT, SNAKEMAKE, file_digests, planned_jobs, snakemake, tiny_overlay, write_overlay
+from workflow_helpers import (ROOT, SNAKEMAKE, file_digests, immutable_folder, planned_jobs, snakemake, tiny_overlay,
+                              write_overlay)
 
 pytestmark = pytest.mark.workflow
 
@@ -381,6 +382,23 @@ def test_concurrent_run_in_the_same_results_folder_is_refused(run):
         os.killpg(first.pid, signal.SIGCONT)
     assert first.wait(timeout=300) == 0
     assert (run / "results/iter_001/grid.png").is_file()
+
+
+def test_a_read_only_results_folder_is_planned_and_refused_by_name(run):
+    """Issue 46 §7: a finished run in a read-only results/ can be planned (its lock probe only reads; it gave a
+    raw PermissionError before), and a run that would rewrite a finished file names it before any job starts
+    (Snakemake's check; our lock's message, runtime/runlock.py, covers what it does not)."""
+    chattr = immutable_folder(run / "results")
+    try:
+        before = snapshot(run)
+        assert not planned_jobs(snakemake(run, "-n"))
+        for args in (("-n", "--forcerun", "report_config"), ("--forcerun", "report_config")):
+            output = snakemake_fails(run, *args)
+            assert "Write-protected output files for rule report_config" in output, output[-3000:]
+            assert "results/report/config.yaml" in output and "PermissionError" not in output, output[-3000:]
+        assert snapshot(run) == before
+    finally:
+        chattr("-i")
 
 
 # --- damaged artifacts: the stage that reads them names the file, the row or the sample --------------

@@ -35,7 +35,7 @@ def is_free(folder: str | os.PathLike) -> bool:
     path = Path(folder) / LOCK_NAME
     if not path.is_file():
         return True
-    with open(path, "a+") as handle:
+    with open(path) as handle:  # flock needs no write access: a read-only results/ can still be planned (-n)
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -44,11 +44,21 @@ def is_free(folder: str | os.PathLike) -> bool:
     return True
 
 
+class ResultsNotWritableError(PermissionError):
+    pass
+
+
 def acquire(folder: str | os.PathLike) -> Path:
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
     path = folder / LOCK_NAME
-    handle = open(path, "a+")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        handle = open(path, "a+")
+    except PermissionError as exc:  # before any job: the run would fail at its first output
+        raise ResultsNotWritableError(
+            f"{folder}: not writable ({exc.strerror}: {exc.filename}): a run writes its lock, results and logs "
+            f"there; make it writable again (chmod -R u+w {folder}), or copy the run and work in the copy"
+        ) from None
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -2,6 +2,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -27,3 +28,22 @@ def test_second_run_is_refused_and_a_killed_holder_releases(tmp_path):
         except runlock.RunLockedError:
             assert time.time() < deadline
             time.sleep(0.05)
+
+
+def test_a_folder_that_cannot_be_written_is_named_with_what_to_do(tmp_path):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from workflow_helpers import immutable_folder
+
+    results = tmp_path / "results"
+    results.mkdir()
+    chattr = immutable_folder(results)
+    try:
+        with pytest.raises(runlock.ResultsNotWritableError) as refused:
+            runlock.acquire(results)
+        assert str(refused.value) == (
+            f"{results}: not writable (Operation not permitted: {results}/.rewardloop.lock): a run writes its lock, "
+            f"results and logs there; make it writable again (chmod -R u+w {results}), or copy the run and work in "
+            "the copy")
+        assert runlock.is_free(results)  # probing needs no write access
+    finally:
+        chattr("-i")
