@@ -144,6 +144,11 @@ check_train_nodes(config, TRAIN_RESOURCES)
 # A finished job reruns when its params' values change, never when only the order of a config's keys does:
 # every rule's params compare in a canonical form (src/rewardloop/runtime/canonical_params.py).
 canonical_params.apply(workflow.rules)
+# Every job's software environment (used with --sdm conda), named once instead of in each rule: Snakemake's
+# workflow-level `conda:` directive sets up the main process's environment, not the jobs'.
+for job_rule in workflow.rules:
+    if job_rule.script and not job_rule.conda_env:
+        job_rule.conda_env = f"{workflow.basedir}/envs/rewardloop.yaml"
 
 
 rule all:

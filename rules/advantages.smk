@@ -19,7 +19,5 @@ rule advantages:
     threads: 1
     resources:
         **TABLE_JOB,
-    conda:
-        "../envs/rewardloop.yaml"
     script:
         "../scripts/advantages.py"

@@ -24,8 +24,6 @@ if SHARED_RESULTS:
         threads: 1
         resources:
             **LIGHT_JOB,
-        conda:
-            "../envs/rewardloop.yaml"
         script:
             "../scripts/share_base.py"
 
@@ -45,8 +43,6 @@ if SHARED_RESULTS:
         threads: 1
         resources:
             **LIGHT_JOB,
-        conda:
-            "../envs/rewardloop.yaml"
         script:
             "../scripts/share_base.py"
 
@@ -78,8 +74,6 @@ else:
         threads: config["resources"]["threads"]
         resources:
             **job_resources(),
-        conda:
-            "../envs/rewardloop.yaml"
         script:
             "../scripts/evaluate.py"
 
@@ -104,8 +98,6 @@ else:
             threads: config["resources"]["threads"]
             resources:
                 **job_resources(),
-            conda:
-                "../envs/rewardloop.yaml"
             script:
                 "../scripts/evaluate.py"
 

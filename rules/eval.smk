@@ -41,8 +41,6 @@ rule eval:
     threads: config["resources"]["threads"]
     resources:
         **job_resources(),
-    conda:
-        "../envs/rewardloop.yaml"
     script:
         "../scripts/evaluate.py"
 
@@ -72,7 +70,5 @@ if GUIDANCE_EVAL_CFG:
         threads: config["resources"]["threads"]
         resources:
             **job_resources(),
-        conda:
-            "../envs/rewardloop.yaml"
         script:
             "../scripts/evaluate.py"

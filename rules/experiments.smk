@@ -60,8 +60,6 @@ rule compare_experiments:
     threads: 1
     resources:
         **TABLE_JOB,
-    conda:
-        "../envs/rewardloop.yaml"
     script:
         "../scripts/compare_experiments.py"
 

@@ -24,7 +24,5 @@ rule export:
     threads: 1
     resources:
         **job_resources(gpu=0),
-    conda:
-        "../envs/rewardloop.yaml"
     script:
         "../scripts/export.py"

@@ -27,8 +27,6 @@ rule:
     threads: config["resources"]["threads"]
     resources:
         **job_resources(),
-    conda:
-        "../envs/rewardloop.yaml"
     script:
         "../scripts/generate.py"
 
@@ -53,7 +51,5 @@ if GENERATE_SHARDING.sharded:
         threads: 1
         resources:
             **gather_resources(),
-        conda:
-            "../envs/rewardloop.yaml"
         script:
             "../scripts/gather_samples.py"

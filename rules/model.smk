@@ -36,7 +36,5 @@ if not SHARED_RESULTS and config["model"]["build_tiny"]:
             threads: config["tiny"]["threads"]
             resources:
                 **job_resources(gpu=0),
-            conda:
-                "../envs/rewardloop.yaml"
             script:
                 "../scripts/build_tiny_model.py"

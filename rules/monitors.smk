@@ -34,8 +34,6 @@ rule:
     threads: config["resources"]["threads"]
     resources:
         **job_resources(gpu=job_gpus.score_gpus(config)),
-    conda:
-        "../envs/rewardloop.yaml"
     script:
         "../scripts/rescore.py"
 
@@ -59,8 +57,6 @@ if RESCORE_SHARDING.sharded:
         threads: 1
         resources:
             **gather_resources(),
-        conda:
-            "../envs/rewardloop.yaml"
         script:
             "../scripts/gather_rescore.py"
 
@@ -87,8 +83,6 @@ rule guard:
     threads: 1
     resources:
         **LIGHT_JOB,
-    conda:
-        "../envs/rewardloop.yaml"
     script:
         "../scripts/guard.py"
 
@@ -117,8 +111,6 @@ rule plot_health:
     threads: 1
     resources:
         **TABLE_JOB,
-    conda:
-        "../envs/rewardloop.yaml"
     script:
         "../scripts/plot_health.py"
 
@@ -141,7 +133,5 @@ rule best:
     threads: 1
     resources:
         **LIGHT_JOB,
-    conda:
-        "../envs/rewardloop.yaml"
     script:
         "../scripts/best.py"

@@ -23,7 +23,5 @@ if config["data"]["offline_pairs"]:
         threads: config["resources"]["threads"]
         resources:
             **job_resources(),
-        conda:
-            "../envs/rewardloop.yaml"
         script:
             "../scripts/encode_offline_pairs.py"

@@ -18,7 +18,5 @@ rule pairs:
     threads: 1
     resources:
         **TABLE_JOB,
-    conda:
-        "../envs/rewardloop.yaml"
     script:
         "../scripts/pairs.py"

@@ -29,8 +29,6 @@ if PREFLIGHT_ENABLED:
         threads: config["resources"]["threads"]
         resources:
             **job_resources(),
-        conda:
-            "../envs/rewardloop.yaml"
         script:
             "../scripts/preflight.py"
 
@@ -51,7 +49,5 @@ if PREFLIGHT_ENABLED:
         resources:
             mem_mb=config["resources"]["mem_mb"],
             runtime=10,
-        conda:
-            "../envs/rewardloop.yaml"
         script:
             "../scripts/preflight_gate.py"

@@ -26,8 +26,6 @@ rule plot_curves:
     threads: 1
     resources:
         **TABLE_JOB,
-    conda:
-        "../envs/rewardloop.yaml"
     script:
         "../scripts/plot_curves.py"
 
@@ -54,8 +52,6 @@ rule report_config:
     threads: 1
     resources:
         **LIGHT_JOB,
-    conda:
-        "../envs/rewardloop.yaml"
     script:
         "../scripts/report_config.py"
 
@@ -82,7 +78,5 @@ rule benchmark_table:
     threads: 1
     resources:
         **LIGHT_JOB,
-    conda:
-        "../envs/rewardloop.yaml"
     script:
         "../scripts/benchmark_table.py"

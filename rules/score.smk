@@ -21,8 +21,6 @@ rule:
     threads: config["resources"]["threads"]
     resources:
         **job_resources(gpu=job_gpus.score_gpus(config)),
-    conda:
-        "../envs/rewardloop.yaml"
     script:
         "../scripts/score.py"
 
@@ -45,7 +43,5 @@ if SCORE_SHARDING.sharded:
         threads: 1
         resources:
             **gather_resources(),
-        conda:
-            "../envs/rewardloop.yaml"
         script:
             "../scripts/gather_scores.py"

@@ -35,8 +35,6 @@ rule tracking_run:
     threads: 1
     resources:
         **TABLE_JOB,
-    conda:
-        "../envs/rewardloop.yaml"
     script:
         "../scripts/track_run.py"
 
@@ -67,8 +65,6 @@ rule track_iteration:
     threads: 1
     resources:
         **TABLE_JOB,
-    conda:
-        "../envs/rewardloop.yaml"
     script:
         "../scripts/track_iteration.py"
 
@@ -94,7 +90,5 @@ rule track_base:
     threads: 1
     resources:
         **TABLE_JOB,
-    conda:
-        "../envs/rewardloop.yaml"
     script:
         "../scripts/track_base.py"

@@ -33,7 +33,5 @@ rule train:
     threads: config["resources"]["train_threads"] or config["resources"]["threads"]
     resources:
         **job_resources(gpu=job_gpus.train_gpus(config)),
-    conda:
-        "../envs/rewardloop.yaml"
     script:
         "../scripts/train.py"
