@@ -5,7 +5,8 @@
 import copy
 import sys
 
-from rewardloop.runtime import canonical_params, cpu_kernels, input_links, job_records, previous_versions, runlock, warm
+from rewardloop.host import cpu_kernels, input_links
+from rewardloop.runtime import canonical_params, job_records, previous_versions, runlock, warm
 from rewardloop.artifacts import remove_stale_temps
 from rewardloop.config import check_existing_iterations, check_results_layout, check_train_nodes, startup_warnings
 from rewardloop.config import validate as validate_config
@@ -73,7 +74,7 @@ onstart:
         check_gpu_count(config["device"], train_gpus(config), "train.num_processes")
         check_train_nodes(config, TRAIN_RESOURCES, local_run=True)
     runlock.acquire("results")
-    # The links by which jobs read the model and checkpoints by content (src/rewardloop/runtime/input_links.py).
+    # The links by which jobs read the model and checkpoints by content (src/rewardloop/host/input_links.py).
     input_links.place_all()
     stale = remove_stale_temps("results")
     if stale:

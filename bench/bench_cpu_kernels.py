@@ -1,4 +1,4 @@
-"""What pinning the CPU kernels (config ``cpu_kernels``, runtime/cpu_kernels.py: AVX2, MKL's COMPATIBLE
+"""What pinning the CPU kernels (config ``cpu_kernels``, host/cpu_kernels.py: AVX2, MKL's COMPATIBLE
 branch) costs, and what it buys: short tiny-model builds, each in a fresh process, pinned and native in turn.
 
 Prints each build's seconds and torch's kernel level, the median pinned/native ratio, and whether the
@@ -18,11 +18,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from rewardloop.runtime import cpu_kernels
+from rewardloop.host import cpu_kernels
 
 
 def build(out: Path, env: dict, args) -> dict:
-    command = [sys.executable, "-m", "rewardloop.runtime.kernel_probe", str(out), "--threads", str(args.threads),
+    command = [sys.executable, str(Path(__file__).with_name("kernel_probe.py")), str(out), "--threads", str(args.threads),
                "--unet-steps", str(args.unet_steps), "--vae-steps", str(args.vae_steps)]
     result = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
     return json.loads(result.stdout.splitlines()[-1])

@@ -7,7 +7,7 @@ import sys
 
 from rewardloop.config import ConfigError
 from rewardloop.models import tiny_builds
-from rewardloop.runtime import cpu_kernels
+from rewardloop.host import cpu_kernels
 
 
 # A fan-out's runs use the model the fan-out builds (rules/experiments.smk includes this file once).

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from built_once import built_once
-from rewardloop.runtime import cpu_kernels
+from rewardloop.host import cpu_kernels
 from xdist_schedule import longest_first_scheduler
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

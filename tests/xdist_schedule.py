@@ -23,7 +23,7 @@ SECONDS = {  # measured: CI on a clean clone of 5b00e68, 2 workers (the 10 slowe
     "tests/workflow/test_default_run.py": 393,  # its 3 iterations on the shipped model (the build took 1329 s of it until 2026-12-06)
     "tests/workflow/test_bad_inputs.py": 388,
     "tests/workflow/test_multiprocess_training.py": 307,  # + frozen rank, two nodes
-    "tests/unit/runtime/test_cpu_kernels.py": 268,  # two gradient probes under qemu
+    "tests/unit/host/test_cpu_kernels.py": 268,  # two gradient probes under qemu
     "tests/workflow/test_recipe_smoke_flux.py": 267,  # sft in 2 processes
     "tests/workflow/test_tracking.py": 193,
     "tests/workflow/test_gpu_smoke.py": 187,  # gpu_smoke (2 recipes) and steady_state (1) at tiny size

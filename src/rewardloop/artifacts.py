@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rewardloop import __version__, row_record
-from rewardloop.runtime import cpu_kernels
+from rewardloop.host import cpu_kernels
 
 PROVENANCE_KEY = b"rewardloop"
 ROWS_KEY = row_record.RECORD_KEY.encode()

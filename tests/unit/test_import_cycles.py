@@ -31,3 +31,42 @@ def test_cycles_are_found_and_named():
 def test_no_import_cycle_between_the_package_modules():
     found = cycles(graph())
     assert not found, "import cycles:\n" + "\n".join("  " + " -> ".join(cycle) for cycle in found)
+
+
+# The package's floors, bottom first: a module imports its own floor's and the floors below, never one above
+# (README "The map of the house"). A new room goes on the floor of the highest room it imports, or above.
+FLOORS = (
+    ("base", {"rewardloop", "host", "lazy_torch", "mappings", "fingerprint", "results_layout", "row_record",
+              "prompts", "shape_domain"}),
+    ("files and sampling", {"artifacts", "sampling"}),
+    ("models and rewards", {"models", "rewards", "benchmark_sets", "monitors"}),
+    ("training", {"training", "signal"}),
+    ("objectives", {"objectives"}),
+    ("how jobs run", {"runtime"}),
+    ("config", {"config", "experiments"}),
+    ("stages", {"stages", "tracking", "smoke", "reports"}),
+    ("command line", {"cli"}),
+)
+
+
+def room(module: str) -> str:
+    """The top-level module or package of the package that ``module`` belongs to ("rewardloop" for its __init__)."""
+    return module.split(".")[1] if "." in module else module
+
+
+def floor_of(module: str) -> int:
+    found = [level for level, (_, rooms) in enumerate(FLOORS) if room(module) in rooms]
+    assert found, f"{module}: its room {room(module)!r} is on no floor of FLOORS (tests/unit/test_import_cycles.py)"
+    return found[0]
+
+
+def test_every_import_points_to_its_own_floor_or_one_below():
+    up = sorted((module, target) for module, targets in graph().items() for target in targets
+                if floor_of(target) > floor_of(module))
+    assert not up, "imports that run up a floor:\n" + "\n".join(
+        f"  {m} ({FLOORS[floor_of(m)][0]}) -> {t} ({FLOORS[floor_of(t)][0]})" for m, t in up)
+
+
+def test_an_import_up_a_floor_is_found():
+    assert floor_of("rewardloop.host.cpu_kernels") < floor_of("rewardloop.stages.generate")
+    assert floor_of("rewardloop.runtime.warm") > floor_of("rewardloop.artifacts")

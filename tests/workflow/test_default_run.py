@@ -1,7 +1,7 @@
 """Guard: the embedded default run (config.yaml through the real workflow, on the shipped tiny model)
 writes the same LoRA bytes and the same eval table as the README's.
 
-The run pins the CPU kernels (config ``cpu_kernels: auto``, runtime/cpu_kernels.py: AVX2, and MKL on its
+The run pins the CPU kernels (config ``cpu_kernels: auto``, host/cpu_kernels.py: AVX2, and MKL on its
 branch for every vendor). Pinned, an AMD EPYC and an Intel Xeon still built different tiny models (base
 0.475 and 0.965): so the model ships, and this test holds what the 3 iterations compute from it
 (measured on an AMD EPYC; an Intel CPU that computes other iterations from the same model fails here,
@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from rewardloop.artifacts import read_provenance
-from rewardloop.runtime import cpu_kernels
+from rewardloop.host import cpu_kernels
 
 from workflow_helpers import ROOT, snakemake
 

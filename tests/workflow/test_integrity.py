@@ -116,7 +116,7 @@ CONFIG_RECORD = Counter({("report_config", ""): 1, ("all", ""): 1})
 
 
 def test_the_same_files_at_another_path_rerun_nothing_but_the_reports_config(finished, tmp_path):
-    """Jobs read the model and the reward checkpoints by content (runtime/input_links.py): a moved or
+    """Jobs read the model and the reward checkpoints by content (host/input_links.py): a moved or
     re-downloaded copy of the same files redoes no job that reads them."""
     model = Path(shutil.copytree(config(finished)["model"]["path"], tmp_path / "moved-model"))
     pickscore = shutil.copytree(Path(config(finished)["rewards"]["pickscore"]["model_path"]).parent, tmp_path / "ps")

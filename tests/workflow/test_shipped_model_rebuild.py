@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from rewardloop.models import tiny_builds
-from rewardloop.runtime import cpu_kernels
+from rewardloop.host import cpu_kernels
 
 pytestmark = pytest.mark.workflow
 

@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from rewardloop.runtime import cpu_kernels
+from rewardloop.host import cpu_kernels
 
 SIGPIPE_STATUS = 141  # 128 + SIGPIPE: how `cat` and `ls` end when the reader of their output went away
 

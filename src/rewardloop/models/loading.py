@@ -75,8 +75,8 @@ def needs_hf_token(model_cfg: Mapping) -> bool:
 
 def model_reference(model_cfg: Mapping, lora_dir: str | None = None) -> str:
     """How artifacts and tracking name a model: the base path (for a job's input link, where it points and
-    its content identity: runtime.input_links), plus the LoRA folder applied to it."""
-    from rewardloop.runtime.input_links import described
+    its content identity: host.input_links), plus the LoRA folder applied to it."""
+    from rewardloop.host.input_links import described
 
     return described(model_cfg["path"]) + (f" + {lora_dir}" if lora_dir else "")
 
@@ -206,7 +206,7 @@ def load_pipeline(model_cfg: Mapping, lora_dir: str | None = None, device="cpu",
         raise ModelError(f"model.path: cannot load {source} as {cls.__name__} ({exc})") from exc
     if lora_dir:
         from rewardloop.models.lora import load_lora_fused
-        from rewardloop.runtime import library_noise
+        from rewardloop.host import library_noise
 
         # diffusers' "no text-encoder keys" of our denoiser-only LoRAs: silenced here as well as in job(),
         # for the processes no job starts (`accelerate launch`-ed training ranks, the command line).

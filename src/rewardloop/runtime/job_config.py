@@ -10,7 +10,7 @@ import copy
 from typing import Any, Mapping
 
 from rewardloop import results_layout
-from rewardloop.runtime import input_links
+from rewardloop.host import input_links
 
 # (section, key) pairs that change how many jobs do a stage's work, never its result.
 JOB_SPLIT_KEYS = (("generate", "shards"), ("score", "shards"))

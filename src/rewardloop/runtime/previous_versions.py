@@ -31,7 +31,8 @@ import shutil
 from pathlib import Path
 
 from rewardloop import artifacts
-from rewardloop.runtime import input_links, job_records, runlock
+from rewardloop.host import input_links
+from rewardloop.runtime import job_records, runlock
 
 SUFFIX = ".previous"
 LOGS = "logs"

@@ -1,5 +1,5 @@
 """What every Snakemake script entry point does around its stage: log to the rule's log file,
-honour the job's threads, silence the libraries' known noise (runtime/library_noise.py), and report
+honour the job's threads, silence the libraries' known noise (host/library_noise.py), and report
 errors as one readable line at the end of the log."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ import os
 import sys
 import traceback
 
-from rewardloop.runtime import gpu_slots, library_noise, warm
+from rewardloop.host import library_noise
+from rewardloop.runtime import gpu_slots, warm
 
 
 @contextlib.contextmanager

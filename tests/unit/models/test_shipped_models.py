@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from rewardloop.models import tiny_builds
-from rewardloop.runtime import cpu_kernels
+from rewardloop.host import cpu_kernels
 
 ROOT = Path(__file__).resolve().parents[3]
 MODELS = ROOT / "resources/models"

@@ -1,4 +1,4 @@
-"""The CPU kernel pin (src/rewardloop/runtime/cpu_kernels.py, runtime/kernel_probe.py): real short tiny-model builds in processes
+"""The CPU kernel pin (src/rewardloop/host/cpu_kernels.py, bench/kernel_probe.py): real short tiny-model builds in processes
 with different variables, compared by the bytes of their weights."""
 
 from __future__ import annotations
@@ -11,13 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from rewardloop.runtime import cpu_kernels
+from rewardloop.host import cpu_kernels
 
+PROBE = Path(__file__).resolve().parents[3] / "bench" / "kernel_probe.py"  # builds, trains, prints the digests
 STEPS = ["--vae-steps", "10", "--unet-steps", "20", "--threads", "1"]  # ~15 s a build on one core, then an iteration
 
 
 def build(out, env: dict) -> dict:
-    result = subprocess.run([sys.executable, "-m", "rewardloop.runtime.kernel_probe", str(out), *STEPS],
+    result = subprocess.run([sys.executable, str(PROBE), str(out), *STEPS],
                             env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.splitlines()[-1])
@@ -56,7 +57,7 @@ def cpu_vendor() -> str:
 
 def gradients(env: dict, emulated: str | None = None) -> dict:
     prefix = [QEMU, "-cpu", emulated] if emulated else []
-    result = subprocess.run([*prefix, sys.executable, "-m", "rewardloop.runtime.kernel_probe", "--gradients",
+    result = subprocess.run([*prefix, sys.executable, str(PROBE), "--gradients",
                              "--threads", "2"], env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.splitlines()[-1])

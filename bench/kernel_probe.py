@@ -2,8 +2,8 @@
 process, run one DPO iteration on it through the real stages (generate, score, pairs, train), and
 print torch's kernel level, the seconds and the sha256 of the tensors of every weights file, the
 rollouts' latents and the trained LoRA.
-tests/unit/runtime/test_cpu_kernels.py and bench/bench_cpu_kernels.py run it in processes with the
-environments of runtime/cpu_kernels.probe_environment (pinned or not, an AVX2-only CPU simulated).
+tests/unit/host/test_cpu_kernels.py and bench/bench_cpu_kernels.py run it in processes with the
+environments of host/cpu_kernels.probe_environment (pinned or not, an AVX2-only CPU simulated).
 
 ``--gradients``: instead, one forward and backward pass of the tiny SD1.5's VAE, text encoder and UNet
 (random weights, seed 0) and the sha256 of each one's gradients: the same convolutions, matmuls,
@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from rewardloop import results_layout as layout
-from rewardloop.runtime import cpu_kernels
+from rewardloop.host import cpu_kernels
 
 
 def probe(out: Path, threads: int, unet_steps: int, vae_steps: int) -> dict:
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> None:
     import argparse
     import json
 
-    parser = argparse.ArgumentParser(prog="python -m rewardloop.runtime.kernel_probe",
+    parser = argparse.ArgumentParser(prog="python bench/kernel_probe.py",
                                      description="build a short tiny model, train it one iteration, print the kernel level and digests")
     parser.add_argument("out", type=Path, nargs="?", help="the folder the model and the iteration go to")
     parser.add_argument("--gradients", action="store_true",

@@ -1,4 +1,4 @@
-"""rewardloop.runtime.input_links and the stage config that uses it: jobs read inputs by content identity."""
+"""rewardloop.host.input_links and the stage config that uses it: jobs read inputs by content identity."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from rewardloop.runtime import input_links
+from rewardloop.host import input_links
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""runtime/library_noise: diffusers' "no text-encoder keys" warning is dropped at its logger, in-process
+"""host/library_noise: diffusers' "no text-encoder keys" warning is dropped at its logger, in-process
 and in a job's log, while every other warning of the same logger, of the library and of ``warnings``
 still comes through."""
 
@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from rewardloop.runtime import library_noise
+from rewardloop.host import library_noise
 
 LORA_LOGGER = "diffusers.loaders.lora_base"
 NO_KEYS = "No LoRA keys associated to"

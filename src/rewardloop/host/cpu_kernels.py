@@ -18,7 +18,7 @@ wins, and is said. Measured, and the cost: docs/reliability.md#the-same-bytes-on
 (the same bytes on an Intel Xeon, under simulated AVX2-only CPUs and, for the networks' gradients,
 under an emulated AMD EPYC).
 
-``python -m rewardloop.runtime.kernel_probe OUT`` builds a short tiny model, trains it one iteration and
+``python bench/kernel_probe.py OUT`` builds a short tiny model, trains it one iteration and
 prints the kernel level and the digests of the tensors: the test and bench/bench_cpu_kernels.py run it
 in processes with the environments ``probe_environment`` gives.
 """
