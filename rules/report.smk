@@ -30,12 +30,8 @@ rule plot_curves:
         "../scripts/plot_curves.py"
 
 
-# The run's validated config, recorded once every result it describes is finished: a rerun with another
-# config that fails on the way leaves the record of the config the finished tables were made with.
 rule report_config:
     localrule: True
-    input:
-        stage_results(),
     output:
         config=report(
             RUN.report(layout.RUN_CONFIG),
