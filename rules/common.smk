@@ -98,8 +98,7 @@ TRACKING_RUN = RUN.tracking_run
 
 
 def stage_results():
-    """The base model's eval and every iteration's artifacts and records: what the run's config made (and
-    its recorded copy, rule report_config, describes)."""
+    """The base model's eval and every iteration's artifacts and records: what the run's config made."""
     base_files = (layout.EVAL_TABLE, layout.metrics_name(layout.EVAL_STAGE), *GUIDANCE_EVAL_FILES)
     results = [f"{BASE_DIR}/{name}" for name in base_files]
     for it in range(config["iterations"]):
