@@ -86,7 +86,7 @@ onstart:
     # Local jobs run in forks of one worker that imported torch & co once (src/rewardloop/runtime/warm.py);
     # not on a cluster, nor with --sdm conda/apptainer (the jobs' Python is another one).
     if config["warm_start"] and workflow.local_exec and not workflow.deployment_settings.deployment_method:
-        warm.start("results/logs/warm_worker.log")
+        warm.start("results/logs/warm_worker.log", tracking=config["tracking"]["enabled"])
 
 
 # The end of a run that ran jobs (Snakemake calls neither hook on "Nothing to be done"): the failure

@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import shutil
 import time
 import traceback
@@ -52,6 +53,12 @@ TRAIN_FORWARDS = {
     "nft": 3 + 1 + 1,  # policy forward + backward, the old policy's forward, the reference's (KL)
     "awm": 3 + 1 + 1,  # policy forward + backward, the EMA's forward, the reference's (KL)
 }
+
+
+def stage_threads() -> int:
+    """Threads for the stages' CPU work: OMP_NUM_THREADS where it is set (the tests set 1: more threads than
+    free cores make torch's pool spin), else this machine's cores, at most 8."""
+    return int(os.environ.get("OMP_NUM_THREADS") or min(8, os.cpu_count() or 1))
 
 
 def denoiser_forward_flops(model_dir: Path, family, resolution: int, tokens: int) -> int:
@@ -116,7 +123,7 @@ def fsdp_check(cfg: dict, it: Path, signal: Path, gpus: int) -> dict:
                                 else cfg["train"]["mixed_precision"]}}
         kwargs = dict(cfg=job, iteration=0, signal_path=str(signal), latents_path=str(it / "latents.safetensors"),
                       init_lora_dir=None, out_dir=str(run / "train"), state_dir=str(run / "state"),
-                      metrics_path=str(run / "train.json"), threads=8, progress=False)
+                      metrics_path=str(run / "train.json"), threads=stage_threads(), progress=False)
         started = time.perf_counter()
         run_launched(kwargs, gpus, job["train"]["mixed_precision"], run / "state")
         seconds[mode] = time.perf_counter() - started
@@ -162,7 +169,7 @@ def run_recipe(name: str, out: Path, assets: Path, size: str, device: str, fsdp:
     stages = {}
     with Stage("generate", cuda) as stages["generate"]:
         generate.run(cfg, 0, None, it / "samples.parquet", it / "latents.safetensors", it / "generate.json",
-                     threads=8, progress=False, record_sde=objective.records_steps)
+                     threads=stage_threads(), progress=False, record_sde=objective.records_steps)
     with Stage("score", cuda) as stages["score"]:
         score.run(cfg, it / "samples.parquet", it / "scores.parquet", it / "score.json", progress=False)
     signal = it / f"{objective.signal}.parquet"
@@ -172,7 +179,7 @@ def run_recipe(name: str, out: Path, assets: Path, size: str, device: str, fsdp:
         advantages.run(cfg, it / "scores.parquet", signal, it / "advantages.json", objective.keeps_tied_groups)
     with Stage("train", cuda) as stages["train"]:
         train.run(cfg, 0, signal, it / "latents.safetensors", None, it / "train", it / "state", it / "train.json",
-                  threads=8, progress=False)
+                  threads=stage_threads(), progress=False)
     metrics = json.loads((it / "train.json").read_text())
     checked = fsdp_check(cfg, it, signal, fsdp) if fsdp else {}
     gen = cfg["generate"]

@@ -123,7 +123,7 @@ def training_figures(cfg: dict, it: Path, steps: int) -> dict:
             job["train"][loss] = {**(cfg["train"].get(loss) or {}), "inner_epochs": scale}
         with gpu_smoke.Stage(f"train x{scale}", cuda) as stage:
             train.run(job, 0, signal, it / "latents.safetensors", None, run / "train", run / "state",
-                      run / "train.json", threads=8, progress=False)
+                      run / "train.json", threads=gpu_smoke.stage_threads(), progress=False)
         seconds[scale], peaks[scale] = stage.seconds, stage.peak_gb
         if scale == 1 and not pairs:  # a pass over the samples: the train stage's count of them (train.json "samples")
             per_pass = json.loads((run / "train.json").read_text())["samples"]

@@ -24,6 +24,7 @@ from rewardloop.runtime import warm
 PROBE = textwrap.dedent("""
     import json, os, pathlib, sys, tempfile, time
     preloaded = "torch" in sys.modules  # only a fork of the warm worker has torch before any import
+    mlflow = "mlflow" in sys.modules  # and mlflow where the run tracks
     from types import SimpleNamespace
     from rewardloop.runtime.snakemake_job import job
 
@@ -33,7 +34,7 @@ PROBE = textwrap.dedent("""
         if sys.argv[1] == "sleep":
             pathlib.Path(sys.argv[2]).write_text(str(os.getpid()))
             time.sleep(120)
-        print(json.dumps({"preloaded": preloaded, "pid": os.getpid(), "cwd": os.getcwd(), "argv": sys.argv[1:],
+        print(json.dumps({"preloaded": preloaded, "mlflow": mlflow, "pid": os.getpid(), "cwd": os.getcwd(), "argv": sys.argv[1:],
                           "tmp": tempfile.gettempdir(), "threads": torch.get_num_threads(),
                           "in_worker_env": os.environ.get("REWARDLOOP_WARM_SOCKET")}))
     sys.exit(int(sys.argv[1]) if sys.argv[1].isdigit() else 0)
@@ -75,7 +76,7 @@ def test_a_job_runs_in_a_fork_with_its_own_cwd_args_streams_temp_folder_threads_
     process, out, err = run_probe(probe, "7", env=env, cwd=elsewhere)
     assert process.returncode == 7, err
     seen = json.loads(out.splitlines()[-1])
-    assert seen["preloaded"] is True, err
+    assert seen["preloaded"] is True and seen["mlflow"] is True, err  # warm.start's default: the run tracks
     assert seen["pid"] != process.pid  # the fork ran it; the job process only waited
     assert seen["cwd"] == str(elsewhere)
     assert seen["argv"] == ["7"]
@@ -144,6 +145,20 @@ def test_a_refusal_sent_before_the_job_process_runs_its_next_line_is_read(monkey
     reason = "environment differs from the worker.s in ONLY_IN_THE_WORKER$"
     with job_side, pytest.raises(warm._Refused, match=reason):
         warm._run_remotely(job_side)
+
+
+def test_a_worker_for_a_run_without_tracking_leaves_mlflow_to_the_jobs(probe, tmp_path):
+    starter = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(f"""
+            import subprocess, sys
+            from rewardloop.runtime import warm
+            worker = warm.start({str(tmp_path / "worker.log")!r}, tracking=False)
+            done = subprocess.run([sys.executable, {str(probe)!r}, "0"], capture_output=True, text=True)
+            warm.stop(worker)
+            print(done.stdout, done.stderr)
+        """)], capture_output=True, text=True, timeout=300)
+    seen = json.loads(next(line for line in starter.stdout.splitlines() if line.startswith("{")))
+    assert seen["preloaded"] is True and seen["mlflow"] is False, starter.stdout + starter.stderr
 
 
 def test_without_a_reachable_worker_the_job_runs_in_its_own_process(probe, tmp_path):
