@@ -86,6 +86,7 @@ class Objective:
     keeps_tied_groups: ClassVar[bool] = False  # advantages keep groups of equal rewards (at A = 0)
     rollout_adapter: ClassVar[str] = "current"  # "old": rollouts sample the objective's old policy
     extra_adapters: ClassVar[tuple[str, ...]] = ()  # weight sets kept beside the LoRA, in model(it)/<name>/
+    extra_adapters_per_step: ClassVar[bool] = False  # after_update changes them: in-stage checkpoints save them
     curves: ClassVar[tuple[str, ...]] = ("train/loss",)  # summarised in metrics.json
     moved_keys: ClassVar[Mapping[str, str]] = {}  # old flat train.<key> -> this objective's key
     preflight_checks: ClassVar[tuple[str, ...]] = ()  # what rule preflight checks (objectives/alignment.py)

@@ -102,8 +102,11 @@ class Trainer:
             module, optimizer, lr_scheduler = self.accelerator.prepare(self.policy.model, self.optimizer,
                                                                        lr_scheduler)
         self.policy.module = module
-        named = self.policy.named_trainable()
         objective.start(self.policy, data)  # before a resume restores mid-iteration weights
+        named = self.policy.named_trainable()
+        if objective.extra_adapters_per_step:  # weight sets that move with every step are part of the state
+            named += [(f"{name}.{i}", weight) for name in objective.extra_adapters
+                      for i, weight in enumerate(self.policy.extra[name])]
         start, history = load_state(state_dir, fingerprint, named, self.optimizer, lr_scheduler,
                                     place=fsdp.shard_like)
         module.train()
