@@ -110,7 +110,7 @@ onsuccess:
 
 onerror:
     warm.stop()
-    restored = KEPT.restore() if KEPT else None
+    restored = KEPT.restore(run_records=RUN_RECORDS) if KEPT else None
     if restored:
         print(restored, file=sys.stderr)
     job_records.keep("results")  # after the restore: the records of the files given back are Snakemake's again
@@ -134,6 +134,9 @@ else:
     include: "rules/run.smk"
 
     RUN_FOLDERS = [RESULTS]
+
+# What describes a whole run (its recorded config): a failed run puts back the version it replaced (onerror).
+RUN_RECORDS = [layout.RunLayout(folder).report(layout.RUN_CONFIG) for folder in RUN_FOLDERS]
 
 
 # A train job over several nodes (set-resources train: nodes: N, from a profile or the command line) must be one

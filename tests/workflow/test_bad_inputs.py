@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -500,6 +501,25 @@ def test_damaged_artifact_is_named_by_the_stage_reading_it(run, name, damaged, d
     # ... and they do not pass for the damaged file's: the stage that read it is planned again.
     plan = planned_jobs(snakemake(run, "-n", f"results/{iteration}/train/{LORA}"))
     assert stage in {rule for rule, _ in plan}, plan
+
+
+def test_a_rerun_that_fails_keeps_the_recorded_config_of_the_finished_results(run):
+    """The run's recorded config (report/config.yaml, what `rewardloop benchmark` reads) changes only with the
+    results it describes: a rerun under another config that fails after report_config rewrote it puts it back."""
+    truncated(run / "results/iter_000/scores.parquet")  # pairs rereads it and fails
+    overlay = yaml.safe_load((run / "test.yaml").read_text())
+    overlay["tracking"]["experiment"] = "renamed"  # a config change only report_config reads (tracking is off)
+    write_overlay(run, overlay)
+    before = snapshot(run, skip=ATTEMPT_RECORDS)
+    # (2 cores: report_config runs beside pairs, and Snakemake lets it finish when pairs fails)
+    output = snakemake_fails(run, f"results/iter_000/train/{LORA}", "results/report/config.yaml", "--cores", "2")
+    assert "results/iter_000/scores.parquet: not a readable Parquet file" in output, output[-3000:]
+    assert re.search(r"Finished jobid: \d+ \(Rule: report_config\)", output), output[-3000:]  # it did rewrite it
+    assert "restored" in output and "report/config.yaml" in output, output[-3000:]
+    assert snapshot(run, skip=ATTEMPT_RECORDS) == before  # the recorded config too, bytes and mtime
+    assert yaml.safe_load((run / "results/report/config.yaml").read_text())["tracking"]["experiment"] != "renamed"
+    # its record is the finished run's again: the next run under the new config records it anew
+    assert ("report_config", "") in planned_jobs(snakemake(run, "-n", "results/report/config.yaml"))
 
 
 def test_unreachable_mlflow_server_does_not_stop_the_run(run):

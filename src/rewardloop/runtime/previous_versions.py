@@ -10,7 +10,11 @@ changed in place, so the link keeps the finished bytes). Then:
 - the run succeeds: the links are dropped (``release``);
 - a job fails (``onerror``): every kept file that is now missing is linked back, with the Snakemake
   metadata record it had at the start (the failed job's record is of the new params: with it, the old
-  bytes would pass for the new config's), and the log says which (``restore``);
+  bytes would pass for the new config's), and the log says which (``restore``). So are the files that
+  describe the whole run (the recorded config, ``report/config.yaml``) that a job of the failed run
+  rewrote: such a record changes only with the run that finishes the results it describes; otherwise a
+  rerun whose next job fails would leave the config no finished table was made with, which
+  ``rewardloop benchmark`` reads as the run's (the next run plans it again: its record is the old one);
 - the run is killed (``kill -9``, power loss): no hook runs; the next run finds the links left over
   and links back what is missing before it plans anything (``restore_left_over``). Snakemake's own
   records were never rewritten then, and it still marks the killed job's outputs incomplete, so that
@@ -28,6 +32,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 
 from rewardloop import artifacts
@@ -65,6 +70,11 @@ def _link_or_copy(source: Path, target: Path) -> None:
         if error.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
             raise
         shutil.copy2(source, target)
+
+
+def _same_bytes(a: Path, b: Path) -> bool:
+    """The same file (a link) or the same bytes (a copy, on another filesystem)."""
+    return os.path.samefile(a, b) or (a.stat().st_size == b.stat().st_size and a.read_bytes() == b.read_bytes())
 
 
 def _link_back(kept: Path, results: Path) -> list[Path]:
@@ -122,18 +132,37 @@ class Kept:
                 self.records[self._key(rel)] = record
         return count
 
-    def restore(self) -> str | None:
-        """After a failed job: what it removed comes back with its metadata; a line to print."""
+    def restore(self, run_records: Iterable[str] = ()) -> str | None:
+        """After a failed job: what it removed comes back with its metadata, and so do ``run_records``
+        (paths of files that describe the whole run) where the run rewrote them; a line to print."""
         if not self.folder.is_dir():
             return None
         missing_before = {key for key in self.records if not os.path.lexists(key)}
-        restored = _link_back(self.folder, self.results)
+        rewritten = self._put_back_rewritten(run_records)
+        missing_before.update(self._key(rel) for rel in rewritten)
+        restored = sorted(rewritten + _link_back(self.folder, self.results))
         for key in missing_before:
             if os.path.lexists(key):
                 self.persistence._write_record(key, self.records[key])
                 self.persistence._unmark_incomplete(key)
         self.release()
         return _say(restored, self.results, "a failed job had removed finished work") if restored else None
+
+    def _put_back_rewritten(self, paths: Iterable[str]) -> list[Path]:
+        """Each of ``paths`` that a job replaced since the run started, replaced by its kept version
+        (atomically: linked beside it, then renamed over it); the paths put back, relative to results."""
+        put_back = []
+        for path in paths:
+            rel = Path(path).relative_to(self.results)
+            current, kept = self.results / rel, self.folder / rel
+            if not (kept.is_file() and current.is_file()) or _same_bytes(current, kept):
+                continue
+            beside = current.with_name(f"{artifacts.TEMP_PREFIX}{current.name}.previous")
+            beside.unlink(missing_ok=True)
+            _link_or_copy(kept, beside)
+            os.replace(beside, current)
+            put_back.append(rel)
+        return put_back
 
     def release(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
