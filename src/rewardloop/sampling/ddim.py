@@ -93,8 +93,8 @@ def sample_latents(
 
 
 @torch.no_grad()
-def decode_latents(pipe, latents: torch.Tensor, batch_size: int) -> list:
-    """VAE-decode latents into PIL images.
+def decode_latents(pipe, family, latents: torch.Tensor, batch_size: int) -> list:
+    """VAE-decode latents into PIL images (``family.decoder_input``: what the VAE is handed).
 
     A VAE whose config sets ``force_upcast`` (SDXL's: its fp16 activations overflow to NaN, black
     images) decodes in fp32 when the pipeline runs in fp16, as diffusers' pipelines do.
@@ -107,8 +107,7 @@ def decode_latents(pipe, latents: torch.Tensor, batch_size: int) -> list:
     images = []
     for start in range(0, len(latents), batch_size):
         chunk = latents[start : start + batch_size].to(device=pipe.device, dtype=vae.dtype)
-        shift = getattr(vae.config, "shift_factor", None) or 0.0  # SD3-style VAEs shift as well as scale
-        pixels = vae.decode(chunk / vae.config.scaling_factor + shift).sample
+        pixels = vae.decode(family.decoder_input(vae, chunk)).sample
         pixels = ((pixels.float().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
         for array in pixels.permute(0, 2, 3, 1).cpu().numpy():
             images.append(Image.fromarray(array))

@@ -171,3 +171,19 @@ def test_a_bfloat16_transformer_gets_its_inputs_in_bfloat16(guidance):
         got = guided_velocity(copy.deepcopy(transformer).to(torch.bfloat16), x, 0.9,
                               embeds, pooled, uncond, uncond_pooled, guidance=guidance)
     assert got.dtype == torch.float32 and close(got, expected)
+
+
+@pytest.mark.parametrize("family, vae_config", [
+    ("sd15", {"scaling_factor": 0.18215}),  # SD1.5's VAE: no shift_factor
+    ("sd3", {"scaling_factor": 1.5305, "shift_factor": 0.0609}),  # SD3.5's vae/config.json
+    ("flux", {"scaling_factor": 0.3611, "shift_factor": 0.1159})])  # FLUX.1's
+def test_what_the_vae_decodes_is_what_the_pipelines_hand_it_and_encoding_inverts_it(family, vae_config):
+    from types import SimpleNamespace
+
+    vae = SimpleNamespace(config=SimpleNamespace(**{"shift_factor": None, **vae_config}))
+    latents = torch.randn(2, 4, 3, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    adapter = base.get_family(family)
+    # StableDiffusion3Pipeline / FluxPipeline: latents / scaling_factor + shift_factor; SD1.5: / scaling_factor
+    expected = latents / vae_config["scaling_factor"] + vae_config.get("shift_factor", 0.0)
+    torch.testing.assert_close(adapter.decoder_input(vae, latents), expected, rtol=0, atol=0)
+    torch.testing.assert_close(adapter.latents_from_encoder(vae, adapter.decoder_input(vae, latents)), latents)

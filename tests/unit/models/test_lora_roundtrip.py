@@ -124,8 +124,8 @@ def flux_eval_images(pipe, steps: int = 2):
 
     family, prompts, seeds = get_family("flux"), ["a red circle", "a green square on blue"], [3, 11]
     settings = SamplerSettings(steps=steps, guidance_scale=3.5, eta=0.0, resolution=32)
-    ours = decode_latents(pipe, sample_flow(pipe, family, family.encode(pipe, prompts), seeds, settings, batch_size=2,
-                                            progress=False)[0], 2)
+    ours = decode_latents(pipe, family, sample_flow(pipe, family, family.encode(pipe, prompts), seeds, settings,
+                                                    batch_size=2, progress=False)[0], 2)
     noise = torch.stack([torch.randn(family.latent_shape(pipe, 32), generator=torch.Generator().manual_seed(s))
                          for s in seeds])
     b, c, h, w = noise.shape

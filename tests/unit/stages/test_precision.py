@@ -38,9 +38,10 @@ def test_fp16_pipeline_decodes_in_fp32_when_the_vae_says_so(tiny_model, tmp_path
     """SDXL's VAE overflows in fp16 (NaN, black images): its config's force_upcast makes it decode in fp32."""
     folder = with_vae_config(tiny_model, tmp_path, force_upcast=force_upcast)
     latents = torch.randn(2, 4, 8, 8, generator=torch.Generator().manual_seed(0))
-    reference = decode_latents(models.load_pipeline({"family": "sd15", "path": str(folder)}), latents, 2)
+    sd15 = get_family("sd15")
+    reference = decode_latents(models.load_pipeline({"family": "sd15", "path": str(folder)}), sd15, latents, 2)
     half = models.load_pipeline({"family": "sd15", "path": str(folder)}, dtype=torch.float16)
-    images = decode_latents(half, latents, 2)
+    images = decode_latents(half, sd15, latents, 2)
     assert half.vae.dtype == (torch.float32 if force_upcast else torch.float16)
     assert half.unet.dtype == torch.float16
     difference = max(np.abs(np.asarray(a, dtype=int) - np.asarray(b, dtype=int)).max() for a, b in zip(images, reference))

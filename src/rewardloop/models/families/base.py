@@ -9,6 +9,8 @@ One module per family in this package holds a subclass of :class:`ModelFamily` r
   v-prediction for a DDPM-style family, the velocity for a rectified-flow one), guidance inside
   (two-pass classifier-free guidance, or a guidance embedding), in fp32. Latents are always the
   VAE's [B, C, h, w]; a family whose denoiser reads packed tokens packs and unpacks inside;
+* ``decoder_input(vae, latents)`` and ``latents_from_encoder(vae, encoded)``: between the denoiser's latents
+  and the VAE's (unscaled and shifted as the family's pipeline does);
 * ``latent_shape``, ``image_tokens`` and ``sigmas`` (the time grid and its shift), the LoRA targets
   and key format, the folder's components, load options, and the config defaults that depend on it.
 
@@ -125,6 +127,18 @@ class ModelFamily:
     def latent_shape(self, pipe, resolution: int) -> tuple[int, int, int]:
         """(channels, h, w) of one image's latents at ``resolution`` px, as the VAE decodes them."""
         raise NotImplementedError
+
+    def decoder_input(self, vae, latents: torch.Tensor) -> torch.Tensor:
+        """What the family's pipeline hands ``vae.decode`` for sampled ``latents``: unscaled by the VAE config's
+        ``scaling_factor`` and shifted back by its ``shift_factor`` where it has one (SD3 and FLUX VAEs). A family
+        whose VAE normalises otherwise (per-channel mean and std) says so here."""
+        shift = getattr(vae.config, "shift_factor", None) or 0.0
+        return latents / vae.config.scaling_factor + shift
+
+    def latents_from_encoder(self, vae, encoded: torch.Tensor) -> torch.Tensor:
+        """The denoiser's latents for what ``vae.encode`` gave: the inverse of :meth:`decoder_input`."""
+        shift = getattr(vae.config, "shift_factor", None) or 0.0
+        return (encoded - shift) * vae.config.scaling_factor
 
     def latent_channels(self, denoiser_config: Mapping) -> int:
         """Channels of the VAE latents the denoiser reads (its ``in_channels`` unless it packs them)."""
