@@ -19,7 +19,7 @@ from __future__ import annotations
 PER_TEST = 1.0
 SECONDS = {  # measured: CI on a clean clone of 5b00e68, 2 workers (the 10 slowest files); the others estimated below those
     "tests/workflow/test_crash_resume.py": 637,
-    "tests/workflow/test_recipe_smoke_sd3.py": 538,  # dpo, nft, awm in 2 processes
+    "tests/workflow/test_recipe_smoke_sd3.py": 590,  # dpo, nft, awm in 2 processes; dgpo
     "tests/workflow/test_default_run.py": 393,  # its 3 iterations on the shipped model (the build took 1329 s of it until 2026-12-06)
     "tests/workflow/test_bad_inputs.py": 388,
     "tests/workflow/test_multiprocess_training.py": 307,  # + frozen rank, two nodes
@@ -42,6 +42,7 @@ SECONDS = {  # measured: CI on a clean clone of 5b00e68, 2 workers (the 10 slowe
     "tests/workflow/test_slurm.py": 90,  # the 2-node dry runs (the cluster test runs in its own tier)
     "tests/unit/training/test_full_and_offline.py": 60,
     "tests/unit/objectives/test_grpo_guard.py": 30,
+    "tests/unit/objectives/test_dgpo.py": 60,  # 47 s alone: 5 tiny trains
 }
 
 

@@ -118,16 +118,32 @@ class DGPO(Objective):
     keeps_tied_groups = True  # the reference trains every sample (its filter of all-zero advantages is disabled)
     extra_adapters = ("ema_ref",)
     extra_adapters_per_step = True  # the EMA reference moves after every optimizer step
-    preflight_checks = ("rollout_guidance",)
+    # (no rollout_guidance check: the reference samples at CFG 4.5 and trains the unguided velocity)
     curves = ("train/loss", "train/policy_loss", "train/kl_loss", "train/dsm_loss")
 
     @classmethod
     def check(cls, config) -> None:
         options = {**vars(DGPOOptions()), **(config["train"].get("dgpo") or {})}
-        if options["num_train_timesteps"] > options["trunc_steps"] + 1:
+        trunc, steps = options["trunc_steps"], config["generate"]["steps"]
+        if options["num_train_timesteps"] > trunc + 1:
             raise ObjectiveError(f"train.dgpo.num_train_timesteps: {options['num_train_timesteps']} timesteps cannot be "
-                                 f"drawn without replacement from the first trunc_steps + 1 = "
-                                 f"{options['trunc_steps'] + 1} of the grid")
+                                 f"drawn without replacement from the first trunc_steps + 1 = {trunc + 1} of the grid")
+        if trunc + 1 > steps:
+            raise ObjectiveError(f"train.dgpo.trunc_steps: {trunc} + 1 timesteps of a rollout of generate.steps {steps}; "
+                                 f"at most {steps - 1}")
+        group, batch = config["generate"]["images_per_prompt"], config["train"]["batch_size"]
+        if batch < group:
+            raise ObjectiveError(f"train.batch_size: {batch} holds no whole group of generate.images_per_prompt {group} "
+                                 "samples (DGPO's preference is over a prompt's whole group)")
+
+    @classmethod
+    def smoke_overlay(cls, config) -> dict:
+        """A batch of one whole group, and the timesteps within the shortened rollout."""
+        options = {**vars(DGPOOptions()), **(config["train"].get("dgpo") or {})}
+        trunc = min(options["trunc_steps"], config["generate"]["steps"] - 1)
+        return {"train": {"batch_size": max(config["train"]["batch_size"], config["generate"]["images_per_prompt"]),
+                          "dgpo": {"trunc_steps": trunc,
+                                   "num_train_timesteps": min(options["num_train_timesteps"], trunc + 1)}}}
 
     def load(self, inputs: TrainingInputs, model) -> GroupedLatentData:
         self.num_train_timesteps = model.scheduler_config["num_train_timesteps"]

@@ -123,6 +123,12 @@ class Objective:
     def check(cls, config: Mapping) -> None:
         """Startup checks beyond the schema (raise ObjectiveError naming the key)."""
 
+    @classmethod
+    def smoke_overlay(cls, config: Mapping) -> dict:
+        """What the recipe smoke (smoke/overlay.py) must set besides its shortened sizes for ``config`` (a recipe
+        with those sizes) to pass :meth:`check`; most objectives need nothing."""
+        return {}
+
     # What the train stage must provide.
     def reference(self) -> str | None:
         """A frozen reference model the stage loads: "base", "previous" or None (the LoRA disabled, or none)."""

@@ -104,8 +104,10 @@ def write_overlay(recipe, out_dir, assets=None, root: Path = REPO, size: str = "
                                  else {"eval": {"rewards": options}})
     if set(config["rewards"]) <= CONSTANT_ON_NOISE:
         overlay = deep_merge(overlay, {"rewards": TIE_BREAKER})
-    if get_objective(config["train"]["loss"]).records_steps:
+    objective = get_objective(config["train"]["loss"])
+    if objective.records_steps:
         overlay["generate"]["sde"] = dict(SMOKE_SDE)
+    overlay = deep_merge(overlay, objective.smoke_overlay(deep_merge(config, overlay)))
     path = out_dir / "overlay.yaml"
     out_dir.mkdir(parents=True, exist_ok=True)
     header = (f"# Smoke overlay for {recipe} (rewardloop smoke-overlay): one short iteration on a tiny replica\n"

@@ -13,7 +13,7 @@ from workflow_helpers import ROOT
 
 
 @pytest.mark.parametrize("name, loss", [("sd35m_ocr_grpo", "grpo"), ("sd35m_pickscore_nft", "nft"),
-                                        ("tiny_sd3_grpo", "grpo"), ("tiny_sd3_nft", "nft")])
+                                        ("tiny_sd3_grpo", "grpo"), ("tiny_sd3_nft", "nft"), ("tiny_sd3_dgpo", "dgpo")])
 def test_recipe_matches_the_schema(name, loss):
     config = yaml.safe_load((ROOT / "configs" / f"{name}.yaml").read_text())
     drop_null_rewards(config)  # as config.validate does (the recipe drops config.yaml's color_match)

@@ -17,9 +17,9 @@ from rewardloop.training.state import STATE_FILE
 
 
 def dgpo_config(**dgpo):
-    """The tests' rollouts step 4 times: the M = 4 timesteps are all of them (trunc_steps 3)."""
-    return config("configs/tiny_sd3_grpo.yaml", loss="dgpo", batch_size=4, learning_rate=3e-3,
-                  gradient_accumulation_steps=1, dgpo={"trunc_steps": 3, **dgpo})
+    """The tests' rollouts step 4 times in groups of 2: the M = 4 timesteps are all of them (trunc_steps 3)."""
+    return config("configs/tiny_sd3_grpo.yaml", {"generate": {"images_per_prompt": 2}}, loss="dgpo", batch_size=4,
+                  learning_rate=3e-3, gradient_accumulation_steps=1, dgpo={"trunc_steps": 3, **dgpo})
 
 
 def reference_loss_and_gradient(model_v, ref_v, old_v, target, advantages, group_ids, group_size, beta_dpo,
@@ -125,9 +125,16 @@ def test_dgpo_lowers_the_flow_matching_error_of_high_advantage_images(tmp_path, 
     assert moved * direction < 0, moved
 
 
-def test_more_timesteps_than_the_truncated_grid_holds_are_refused_at_startup():
-    from rewardloop.config import ConfigError, load
+@pytest.mark.parametrize("overrides, message", [
+    ({"train": {"dgpo": {"num_train_timesteps": 6}}},
+     r"^train\.dgpo\.num_train_timesteps: 6 timesteps cannot be drawn without replacement from the first"),
+    ({"train": {"dgpo": {"trunc_steps": 10}}},
+     r"^train\.dgpo\.trunc_steps: 10 \+ 1 timesteps of a rollout of generate\.steps 10; at most 9$"),
+    ({"train": {"batch_size": 12}, "generate": {"images_per_prompt": 16}},
+     r"^train\.batch_size: 12 holds no whole group of generate\.images_per_prompt 16 samples")])
+def test_what_dgpo_cannot_train_is_refused_at_startup(overrides, message):
+    from rewardloop.config import ConfigError, deep_merge, load
     from workflow_helpers import ROOT
 
-    with pytest.raises(ConfigError, match=r"^train\.dgpo\.num_train_timesteps: 6 timesteps cannot be drawn"):
-        load(ROOT / "configs/tiny_sd3_grpo.yaml", {"train": {"loss": "dgpo", "dgpo": {"num_train_timesteps": 6}}})
+    with pytest.raises(ConfigError, match=message):
+        load(ROOT / "configs/tiny_sd3_dgpo.yaml", deep_merge({"generate": {"steps": 10}}, overrides))
