@@ -33,8 +33,9 @@ def main() -> None:
             run("bench_default_run.py", "--keep-model", str(model))
         run("bench_generate.py", "--model", str(model))
         run("bench_train_step.py", "--model", str(model))
-        # tiny replicas on the CPU: the script proven, its figures meaningless (--size full --device cuda on a GPU)
-        run("steady_state.py", "--size", "tiny", "--device", "cpu", "--out", str(Path(tmp) / "steady-state"))
+        # the one-GPU slot rehearsed on tiny replicas on the CPU (its steady-state table included): the script
+        # proven, its figures meaningless (bench/gpu_slot.py with no arguments on a GPU)
+        run("gpu_slot.py", "--size", "tiny", "--device", "cpu", "--out", str(Path(tmp) / "gpu-slot"))
         run("bench_dag.py")
         if shutil.which("sinfo") and subprocess.run(["sinfo", "-h"], capture_output=True).returncode == 0:
             run("bench_slurm_groups.py", "--model", str(model))

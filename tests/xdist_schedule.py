@@ -26,7 +26,7 @@ SECONDS = {  # measured: CI on a clean clone of 5b00e68, 2 workers (the 10 slowe
     "tests/unit/host/test_cpu_kernels.py": 268,  # two gradient probes under qemu
     "tests/workflow/test_recipe_smoke_flux.py": 267,  # sft in 2 processes
     "tests/workflow/test_tracking.py": 193,
-    "tests/workflow/test_gpu_smoke.py": 187,  # gpu_smoke (2 recipes) and steady_state (1) at tiny size
+    "tests/workflow/test_gpu_smoke.py": 200,  # gpu_smoke (2 recipes) and gpu_slot (1) at tiny size
     "tests/workflow/test_recipe_smoke.py": 175,
     "tests/workflow/test_workflow.py": 170,
     "tests/workflow/test_experiments.py": 170,
@@ -37,7 +37,7 @@ SECONDS = {  # measured: CI on a clean clone of 5b00e68, 2 workers (the 10 slowe
     "tests/workflow/test_workflow_sd3.py": 150,
     "tests/workflow/test_rerun_protection.py": 140,
     "tests/workflow/test_families_workflow.py": 120,
-    "tests/unit/models/test_half_precision_fidelity.py": 110,  # 12 cases, each 3 samplings
+    "tests/unit/models/test_half_precision_fidelity.py": 120,  # 12 cases and the cast check, each 3 samplings
     "tests/workflow/test_integrity.py": 100,
     "tests/workflow/test_slurm.py": 90,  # the 2-node dry runs (the cluster test runs in its own tier)
     "tests/unit/training/test_full_and_offline.py": 60,

@@ -47,8 +47,15 @@ def _build_replica(args) -> None:
 
     from rewardloop.models.replicas import ReplicaError, build_replica
 
+    if args.device != "cpu":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise SystemExit(f"rewardloop build-replica: --device {args.device}, but torch sees no CUDA device "
+                             f"(--device cpu draws the weights on the CPU)")
     try:
-        stats = build_replica(args.family, args.out, size=args.size, seed=args.seed, variant=args.variant)
+        stats = build_replica(args.family, args.out, size=args.size, seed=args.seed, variant=args.variant,
+                              device=args.device)
     except ReplicaError as exc:  # an unknown --variant for the family, named with the family's choices
         raise SystemExit(f"rewardloop build-replica: {exc}") from exc
     params = ", ".join(f"{name} {count:,}" for name, count in stats["params"].items())
@@ -129,7 +136,11 @@ def parser() -> argparse.ArgumentParser:
     replica.add_argument("--size", choices=["tiny", "full"], default="tiny",
                          help="tiny: published configs with small widths/depths (CPU tests, seconds); full: the "
                               "published dimensions (GPU smoke runs, benchmarks; GBs on disk)")
-    replica.add_argument("--seed", type=int, default=0, help="random weights; the same seed gives identical files")
+    replica.add_argument("--seed", type=int, default=0,
+                         help="random weights; the same seed on the same device gives identical files")
+    replica.add_argument("--device", default="cpu",
+                         help="where the random weights are drawn: cpu, or cuda (a full-size replica in seconds "
+                              "on the GPU that will run it)")
     replica.add_argument("--stats", action="store_true", help="also print the build stats as JSON")
     replica.set_defaults(func=_build_replica)
 

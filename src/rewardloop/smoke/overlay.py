@@ -51,15 +51,15 @@ def recipe_config(recipe: Path, root: Path = REPO) -> dict:
     return merged
 
 
-def replica(family: str, assets: Path, size: str = "tiny", variant: str | None = None) -> Path:
-    """The family's replica of ``size`` under ``assets`` (built once): of ``variant`` (a published checkpoint
-    of the family, e.g. flux schnell), else the family's default one."""
+def replica(family: str, assets: Path, size: str = "tiny", variant: str | None = None, device: str = "cpu") -> Path:
+    """The family's replica of ``size`` under ``assets`` (built once, its weights drawn on ``device``): of
+    ``variant`` (a published checkpoint of the family, e.g. flux schnell), else the family's default one."""
     from rewardloop.models.replicas import build_replica
 
     name = f"replica-{family}" + (f"-{variant}" if variant else "") + ("" if size == "tiny" else f"-{size}")
     folder = assets / name
     if not (folder / "model_index.json").is_file():
-        build_replica(family, folder, size=size, seed=0, variant=variant)
+        build_replica(family, folder, size=size, seed=0, variant=variant, device=device)
     return folder
 
 

@@ -302,8 +302,9 @@ def test_a_64px_denoiser_step_is_fast(pipes, family, one_thread):
 def test_same_seed_same_bytes_other_seed_other_weights(replicas, tmp_path, one_thread):
     build_replica("sd3", tmp_path / "again", seed=0)
     build_replica("sd3", tmp_path / "other", seed=1)
+    drawn = build_replica("sd3", tmp_path / "drawn-on-cpu", seed=0, device="cpu")  # the device named explicitly
     first, again, other = digests(replicas["sd3"]), digests(tmp_path / "again"), digests(tmp_path / "other")
-    assert again == first
+    assert again == first == digests(tmp_path / "drawn-on-cpu") and drawn["device"] == "cpu"
     changed = {path for path in first if other[path] != first[path]}
     assert changed == {path for path in first if path.endswith(".safetensors")}
     from rewardloop.artifacts import default_mode
@@ -322,6 +323,10 @@ def test_cli_builds_a_replica(tmp_path, capsys, one_thread):
     assert (out / "unet" / "diffusion_pytorch_model.fp16.safetensors").is_file()
     with pytest.raises(SystemExit):
         main(["build-replica", "--family", "sd2", "--out", str(tmp_path / "x")])
+    if not torch.cuda.is_available():  # weights drawn on a GPU that is not there: said, nothing written
+        with pytest.raises(SystemExit, match="--device cuda, but torch sees no CUDA device"):
+            main(["build-replica", "--family", "sdxl", "--out", str(tmp_path / "gpu"), "--device", "cuda"])
+        assert not (tmp_path / "gpu").exists()
 
 
 def test_unknown_size_writes_nothing(tmp_path):
