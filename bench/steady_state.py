@@ -13,6 +13,11 @@ proves the script, its figures mean nothing):
 - **training**: the recipe's train stage run twice on the same rollouts (bench/gpu_smoke.py's iteration), with
   ``--train-steps`` and three times as many optimizer steps: the extra steps over the extra time are the
   steady-state pairs/s (DPO, SFT) or samples/s, loading and the first steps cancelled out;
+- **the diffusers DPO example's step** (pairs objectives): train_diffusion_dpo.py trains on the same loss (ours
+  equals it: tests/unit/objectives) but VAE-encodes both images of every pair and runs the text encoder on every
+  step, where ours reads the latents and embeddings generate cached. Its step is ours plus that encoding, which
+  is timed here on the same weights, in the training's precision, at the recipe's resolution and batch size:
+  its pairs/s = 1 / (1 / ours + the encoding's seconds per pair), and ours over it;
 - **utilisation**: the denoiser's forward FLOPs (gpu_smoke.denoiser_forward_flops, on meta tensors) times the
   forwards over the time, against ``--peak-tflops`` (H100/H200 SXM dense bf16: 989);
 - **memory**: the peak GPU memory of the rollouts and of the training, beside bench/memory_plan.py's estimate of
@@ -136,6 +141,37 @@ def training_figures(cfg: dict, it: Path, steps: int) -> dict:
             "train_startup_s": seconds[1] - units[1] / rate}
 
 
+def dpo_example_figures(cfg: dict, row: dict, batches: int) -> dict:
+    """The diffusers DPO example's pairs/s: our step plus its per-step encoding of both images and the prompt."""
+    from rewardloop.models import loading as models
+    from rewardloop.models.families import get_family
+
+    family, cuda = get_family(cfg["model"]["family"]), cfg["device"].startswith("cuda")
+    mixed = cfg["train"]["mixed_precision"]
+    pipe = models.load_pipeline(cfg["model"], device=cfg["device"],
+                                dtype=models.torch_dtype("fp32" if mixed == "no" else mixed))
+    pairs, side = cfg["train"]["batch_size"], cfg["generate"]["resolution"]
+    generator = torch.Generator().manual_seed(0)
+    pixels = (torch.rand(2 * pairs, 3, side, side, generator=generator) * 2 - 1).to(cfg["device"], pipe.vae.dtype)
+    prompts = ["a photo of a cat wearing a hat"] * pairs
+
+    @torch.no_grad()
+    def encode():  # as train_diffusion_dpo.py does per step: vae.encode(...).latent_dist.sample(), the text encoder
+        family.latents_from_encoder(pipe.vae, pipe.vae.encode(pixels).latent_dist.sample())
+        family.encode(pipe, prompts)
+
+    encode()  # warm-up
+    with gpu_smoke.Stage("dpo example encoding", cuda) as stage:
+        for _ in range(batches):
+            encode()
+    del pipe
+    gc.collect()
+    per_pair = stage.seconds / (batches * pairs)
+    example = 1.0 / (1.0 / row["train_per_s"] + per_pair)
+    return {"example_encode_s_per_pair": per_pair, "example_pairs_per_s": example,
+            "train_vs_example": row["train_per_s"] / example}
+
+
 def utilisation(cfg: dict, row: dict, peak_tflops: float) -> dict:
     """Model FLOP utilisation of the rollouts (forwards per image: steps x CFG passes) and, for DPO, training."""
     from rewardloop.models.families import get_family
@@ -172,6 +208,8 @@ def measure(name: str, args) -> dict:
     row.update(rollout_figures(cfg, args.batches))
     gpu_smoke.run_recipe(name, args.out, args.out / "assets", args.size, args.device)  # the rollouts to train on
     row.update(training_figures(cfg, args.out / name / "iter_000", args.train_steps))
+    if row["train_unit"] == "pairs":
+        row.update(dpo_example_figures(cfg, row, args.batches))
     row.update(utilisation(cfg, row, args.peak_tflops))
     if args.size == "full":
         row.update(planned_gb(name))
@@ -195,7 +233,11 @@ def row_line(row: dict) -> str:
             f"pipeline {row['bare_images_per_s']:.2f}, ours/bare {ratio:.2f} (goal >= {BARE_RATIO_GOAL}: "
             f"{'met' if ratio >= BARE_RATIO_GOAL else 'NOT met'}); train {row['train_per_s']:.2f} "
             f"{row['train_unit']}/s ({against(row['train_per_s'], target.get('train_per_s'), row['size'])}), "
-            f"{row['train_startup_s']:.1f} s to its first step; MFU rollouts {row['rollout_mfu']:.1%}"
+            f"{row['train_startup_s']:.1f} s to its first step"
+            + (f", the diffusers DPO example's step {row['example_pairs_per_s']:.2f} pairs/s (it encodes "
+               f"{row['example_encode_s_per_pair'] * 1e3:.0f} ms per pair; ours/example {row['train_vs_example']:.2f})"
+               if "example_pairs_per_s" in row else "")
+            + f"; MFU rollouts {row['rollout_mfu']:.1%}"
             + (f", train {row['train_mfu']:.1%}" if "train_mfu" in row else "")
             + f"; peak memory rollouts {row['rollout_peak_gb']:.1f} GB, train {row['train_peak_gb']:.1f} GB"
             + (f" (planned without activations: {row['planned_generate_gb']:.1f} / {row['planned_train_gb']:.1f} GB)"
@@ -248,10 +290,11 @@ def summary_table(rows: list[dict]) -> str:
 
     body = [[r["recipe"], r["device"], f"{r['load_s']:.1f}", f"{r['rollout_images_per_s']:.2f}",
              target(r, "rollout_images_per_s"), f"{r['bare_images_per_s']:.2f}", f"{r['rollout_vs_bare']:.2f}",
-             f"{r['train_per_s']:.2f} {r['train_unit']}", target(r, "train_per_s"), f"{r['rollout_mfu']:.1%}",
+             f"{r['train_per_s']:.2f} {r['train_unit']}", target(r, "train_per_s"),
+             f"{r['train_vs_example']:.2f}" if "train_vs_example" in r else "-", f"{r['rollout_mfu']:.1%}",
              f"{r['train_mfu']:.1%}" if "train_mfu" in r else "-"] for r in rows]
     return aligned(["recipe", "device", "load s", "images/s", "target", "bare", "ours/bare", "train /s", "target",
-                    "MFU roll", "MFU train"], body)
+                    "ours/DPO example", "MFU roll", "MFU train"], body)
 
 
 if __name__ == "__main__":

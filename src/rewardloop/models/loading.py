@@ -204,6 +204,7 @@ def load_pipeline(model_cfg: Mapping, lora_dir: str | None = None, device="cpu",
         )
     except (OSError, ValueError) as exc:
         raise ModelError(f"model.path: cannot load {source} as {cls.__name__} ({exc})") from exc
+    pipe.to(device)  # before the LoRA: fused where the weights run (a GPU fuses FLUX.1's in a blink, a CPU not)
     if lora_dir:
         from rewardloop.models.lora import load_lora_fused
         from rewardloop.host import library_noise
@@ -213,4 +214,4 @@ def load_pipeline(model_cfg: Mapping, lora_dir: str | None = None, device="cpu",
         library_noise.install()
         load_lora_fused(pipe, family, lora_dir)
     pipe.set_progress_bar_config(disable=True)
-    return pipe.to(device)
+    return pipe

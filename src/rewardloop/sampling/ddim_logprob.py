@@ -67,15 +67,21 @@ def sample_ddim_recorded(pipe, family, cond, seeds: Sequence[int], settings, bat
         generators = [torch.Generator().manual_seed(s + 1) for s in batch_seeds]
         batch_steps = [list(s) for s in sde_steps[start: start + n]]
         recorder = StepRecorder(n)
+        # Every step's noise and per-sample std (0: a deterministic step) drawn up front and moved to the device
+        # at once (one copy a batch, not two a step); each generator draws in the same order as step by step.
+        alphas = [step_alphas(scheduler, t, settings.steps) for t in timesteps]
+        step_stds = torch.tensor([[ddim_std(a_t, a_prev, eta) if j in steps else 0.0 for steps in batch_steps]
+                                  for j, (a_t, a_prev) in enumerate(alphas)])
+        device_stds = step_stds.to(device)
+        noises = torch.stack([torch.stack([torch.randn(shape, generator=g) for g in generators])
+                              for _ in timesteps]).to(device)
         for j, t in enumerate(timesteps):
-            a_t, a_prev = step_alphas(scheduler, t, settings.steps)
+            (a_t, a_prev), std = alphas[j], step_stds[j]
             is_sde = [j in steps for steps in batch_steps]
-            std = torch.tensor([ddim_std(a_t, a_prev, eta) if flag else 0.0 for flag in is_sde])
-            noise = torch.stack([torch.randn(shape, generator=g) for g in generators]).to(device)
             eps = family.predict(unet, latents, t, batch_cond, guidance_scale=settings.guidance_scale, uncond=uncond,
                                  pixel_size=settings.resolution)
-            mean = ddim_mean(eps, latents, a_t, a_prev, std.to(device))
-            next_latents = mean + per_sample(std.to(device), mean) * noise
+            mean = ddim_mean(eps, latents, a_t, a_prev, device_stds[j])
+            next_latents = mean + per_sample(device_stds[j], mean) * noises[j]
             if any(is_sde):
                 log_probs = gaussian_log_prob(next_latents, mean, torch.where(std > 0, std, torch.ones_like(std)))
                 recorder.add(is_sde, latents=latents, next_latents=next_latents, timesteps=float(t), alphas=a_t,

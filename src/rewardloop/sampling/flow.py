@@ -65,19 +65,23 @@ def sample_flow(pipe, family, cond: Mapping[str, torch.Tensor], seeds: Sequence[
         noises = (torch.stack([torch.stack([torch.randn(shape, generator=g) for g in generators])
                                for _ in range(settings.steps)]).to(device) if sde_steps is not None else None)
         recorder = StepRecorder(n)
+        # each step's per-sample noise std (0: an ODE step), on the device in one copy a batch
+        step_stds = torch.tensor([[stds[j] if j in steps else 0.0 for steps in batch_steps]
+                                  for j in range(settings.steps)])
+        device_stds = step_stds.to(device)
         for j in range(settings.steps):
             sigma, sigma_next = float(sigmas[j]), float(sigmas[j + 1])
             is_sde = [j in steps for steps in batch_steps]
-            std = torch.tensor([stds[j] if flag else 0.0 for flag in is_sde])
+            std = device_stds[j]
             noise = noises[j] if noises is not None else None
             velocity = family.predict(denoiser, latents, sigma * num_train, rows, guidance_scale=settings.guidance_scale,
                                       uncond=uncond, pixel_size=settings.resolution)
-            next_latents, mean = dynamics.step(velocity, latents, sigma, sigma_next, std.to(device), noise)
+            next_latents, mean = dynamics.step(velocity, latents, sigma, sigma_next, std, noise)
             if any(is_sde):
                 log_probs = dynamics.log_prob(next_latents, mean, sigma, sigma_next,
-                                              torch.where(std > 0, std, torch.ones_like(std)).to(device))
+                                              torch.where(std > 0, std, torch.ones_like(std)))
                 recorder.add(is_sde, latents=latents, next_latents=next_latents, means=mean,
-                             timesteps=sigma * num_train, sigmas=sigma, sigmas_next=sigma_next, std=std,
+                             timesteps=sigma * num_train, sigmas=sigma, sigmas_next=sigma_next, std=step_stds[j],
                              log_probs=log_probs)
             latents = next_latents
         outputs.append(latents.float().cpu())

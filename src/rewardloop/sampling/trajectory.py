@@ -16,12 +16,13 @@ class StepRecorder:
 
     def add(self, selected, **values) -> None:
         """Record one step for the samples with ``selected[i]``; a value is a scalar or a [B, ...] tensor."""
+        # each value leaves the device once per step (one copy, one synchronisation), not once per sample
+        host = {key: torch.as_tensor(value).detach().float().cpu() for key, value in values.items()}
         for i, flag in enumerate(selected):
             if not flag:
                 continue
-            for key, value in values.items():
-                item = value[i] if torch.is_tensor(value) and value.ndim > 0 else torch.as_tensor(value)
-                self.steps[i].setdefault(key, []).append(item.detach().float().cpu())
+            for key, value in host.items():
+                self.steps[i].setdefault(key, []).append(value[i] if value.ndim > 0 else value)
 
     def stacked(self) -> list[dict | None]:
         """Each sample's records stacked over its recorded steps (None for a sample without any)."""
