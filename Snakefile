@@ -6,7 +6,7 @@ import copy
 import sys
 
 from rewardloop.host import cpu_kernels, input_links
-from rewardloop.runtime import canonical_params, job_records, previous_versions, runlock, warm
+from rewardloop.runtime import canonical_params, job_records, previous_versions, prompt_pins, runlock, warm
 from rewardloop.artifacts import remove_stale_temps
 from rewardloop.config import check_existing_iterations, check_results_layout, check_train_nodes, startup_warnings
 from rewardloop.config import validate as validate_config
@@ -123,6 +123,12 @@ onerror:
         history.report(folder)
 
 
+# Jobs read each prompt set from its pin, results/prompts/<key>-<digest>.jsonl: the same prompts are the same
+# file however the configured one is spelled, moved or saved (src/rewardloop/runtime/prompt_pins.py). A fan-out
+# pins its own and each run's once its variants are checked against the config as validated (rules/experiments.smk).
+VALIDATED_CONFIG = copy.deepcopy(config)
+
+
 # One run writes results/iter_XXX/ (rules/run.smk); with `experiments:`, every variant × seed is such a
 # run under results/<experiment>/seed_<s>/, beside one shared model build and base eval.
 if config["experiments"]:
@@ -130,10 +136,15 @@ if config["experiments"]:
     include: "rules/experiments.smk"
 
 else:
+    PROMPT_PINS = prompt_pins.pin_config(config, "results")
 
     include: "rules/run.smk"
 
     RUN_FOLDERS = [RESULTS]
+
+# Records of runs finished before prompt sets were pinned name the configured files: rewritten once to their pins.
+if workflow.is_main_process:
+    prompt_pins.migrate_records(job_records.METADATA, PROMPT_PINS)
 
 # What describes a whole run (its recorded config): a failed run puts back the version it replaced (onerror).
 RUN_RECORDS = [layout.RunLayout(folder).report(layout.RUN_CONFIG) for folder in RUN_FOLDERS]

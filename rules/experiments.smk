@@ -7,10 +7,14 @@ from rewardloop.experiments import plan_runs
 
 # Each variant's overlay merged over the config as given, validated, and checked to change nothing
 # the shared build or base eval reads (src/rewardloop/experiments.py).
-RUNS = plan_runs(GIVEN_CONFIG, config)
+RUNS = plan_runs(GIVEN_CONFIG, VALIDATED_CONFIG)
 RUN_FOLDERS = [run.folder for run in RUNS]
 for run in RUNS:
     check_existing_iterations(run.config, run.folder)
+# The prompt sets' pins (src/rewardloop/runtime/prompt_pins.py), once every variant is known to be valid
+PROMPT_PINS = prompt_pins.pin_config(config, "results")
+for run in RUNS:
+    PROMPT_PINS.update(prompt_pins.pin_config(run.config, "results"))
 
 
 include: "common.smk"

@@ -15,6 +15,7 @@ from typing import Any, Mapping
 
 from rewardloop import results_layout as layout
 from rewardloop.config import ConfigError, validate
+from rewardloop.runtime import prompt_pins
 from rewardloop.runtime.job_config import eval_config, guidance_evals
 from rewardloop.mappings import deep_merge
 
@@ -24,7 +25,8 @@ FANOUT_KEYS = ("experiments", "seeds")
 # What the shared model build reads: an experiment may not change it.
 SHARED_SECTIONS = ("model", "tiny")
 # Folder names under results/ that are not experiments.
-RESERVED_NAMES = {layout.BASE, layout.REPORT, "logs", "benchmarks", "tracking", "mlartifacts", layout.OFFLINE_DIR, "shared"}
+RESERVED_NAMES = {layout.BASE, layout.REPORT, "logs", "benchmarks", "tracking", "mlartifacts", layout.OFFLINE_DIR, "shared",
+                  prompt_pins.FOLDER}
 
 
 @dataclass(frozen=True)

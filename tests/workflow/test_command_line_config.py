@@ -54,3 +54,16 @@ def test_a_dry_run_with_seeds_from_the_command_line_plans_each_seed(tmp_path):
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     assert {rule for rule, _ in planned_jobs(result) if rule.endswith("_train")} == {"a_seed0_train", "a_seed1_train"}
+
+
+def test_the_slurm_profile_is_one_the_installed_snakemake_accepts():
+    """Issue 46 §7: profiles/slurm names `executor: slurm`, which a Snakemake without its executor plugin refuses
+    in its argument parser ("invalid choice: 'slurm'" after a usage dump), before any workflow code could say what
+    is missing; so the plugin is installed with rewardloop itself, and the profile is accepted as it is."""
+    import importlib.metadata
+
+    requires = importlib.metadata.requires("rewardloop") or []
+    assert any(r.startswith("snakemake-executor-plugin-slurm") and "extra ==" not in r for r in requires), requires
+    run = subprocess.run([SNAKEMAKE, "--profile", str(ROOT / "profiles/slurm"), "--version"], capture_output=True,
+                         text=True)
+    assert run.returncode == 0 and "invalid choice" not in run.stderr, run.stderr[-2000:]

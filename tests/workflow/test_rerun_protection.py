@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -146,3 +147,59 @@ def test_params_recorded_by_an_older_version_in_key_order_are_compared_by_value(
         params = json.loads(record.read_text())["params"]
         assert params == [canonical_params.canonical_repr(p) for p in params]
     assert file_digests(workdir / "results") == before
+
+
+def test_a_prompt_file_moved_or_saved_otherwise_with_the_same_prompts_reruns_nothing(finished_run, tmp_path):
+    """Issue 46 §7: a prompt set is known by its prompts (runtime/prompt_pins.py). The same prompts in another
+    file, at another place, with Windows line endings and a byte-order mark, plan nothing; two prompts that swap
+    lines (and so ids) plan what reads them (the rollouts of both iterations, not the base eval, which reads the eval prompts).
+    A dry run changes no file it finds; it may add the changed set's pin, nothing else."""
+    workdir = copy_run(finished_run, tmp_path / "run")
+    before = file_digests(workdir / "results")
+    source = Path(yaml.safe_load((workdir / "test.yaml").read_text())["prompts"]["train"])
+    text = source.read_text()
+    moved = workdir / "elsewhere" / "the train prompts.txt"
+    moved.parent.mkdir()
+    moved.write_bytes(b"\xef\xbb\xbf" + text.replace("\n", "\r\n").encode())
+    overlay = workdir / "moved.yaml"
+    overlay.write_text(yaml.safe_dump({"prompts": {"train": str(moved)}}))
+    assert not planned_jobs(snakemake(workdir, "-n", overlays=(overlay,)))
+    lines = text.splitlines()
+    moved.write_text("\n".join([lines[1], lines[0], *lines[2:]]) + "\n")  # two prompts swap their ids
+    plan = set(planned_jobs(snakemake(workdir, "-n", overlays=(overlay,))))
+    assert {("generate", "it=000"), ("generate", "it=001")} <= plan and ("eval_base", "") not in plan
+    after = file_digests(workdir / "results")
+    assert {path: after[path] for path in before} == before
+    assert [path.split("/")[0] for path in set(after) - set(before)] == ["prompts"]
+
+
+def test_records_that_name_the_configured_prompt_file_are_pointed_at_its_pin(finished_run, tmp_path):
+    """Runs finished before prompt sets were pinned recorded the configured file as their jobs' input and in
+    their params: the first run of this version names the pin of the same prompts instead (once), and plans
+    nothing; the pins are written with the source file's mtime (else they would be newer than every output)."""
+    from rewardloop.runtime import prompt_pins
+
+    workdir = copy_run(finished_run, tmp_path / "run")
+    metadata, pins = workdir / ".snakemake/metadata", workdir / "results" / prompt_pins.FOLDER
+    configured = yaml.safe_load((workdir / "test.yaml").read_text())["prompts"]
+    by_pin = {str(pin.relative_to(workdir)): configured[pin.name.split("-")[0]] for pin in pins.iterdir()}
+    assert sorted(Path(p).name.split("-")[0] for p in by_pin) == ["eval", "train"]
+    (workdir / ".snakemake" / prompt_pins.MARKER).unlink(missing_ok=True)
+    shutil.rmtree(pins)  # as before pins: neither the folder nor records naming it
+    old = 0
+    for record in (path for path in metadata.rglob("*") if path.is_file()):
+        text = record.read_text()
+        for pin, source in by_pin.items():
+            text = text.replace(json.dumps(repr(pin))[1:-1], json.dumps(repr(source))[1:-1]).replace(
+                json.dumps(pin), json.dumps(source))
+        old += text != record.read_text()
+        record.write_text(text)
+    assert old >= 8  # generate, eval and eval_base of every iteration, report_config
+    before = file_digests(workdir / "results")
+    assert not planned(workdir)
+    after = file_digests(workdir / "results")
+    assert {path: after[path] for path in before} == before
+    for pin, source in by_pin.items():
+        assert (workdir / pin).stat().st_mtime_ns == Path(source).stat().st_mtime_ns
+    for record in (path for path in metadata.rglob("*") if path.is_file()):
+        assert not any(source in record.read_text() for source in by_pin.values()), record
