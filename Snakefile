@@ -3,7 +3,9 @@
 # Usage: snakemake --cores 2 [--configfile configs/<recipe>.yaml] [--config iterations=5]
 
 import copy
+import re
 import sys
+from pathlib import Path
 
 from rewardloop.host import cpu_kernels, input_links
 from rewardloop.runtime import canonical_params, job_records, previous_versions, prompt_pins, runlock, warm
@@ -145,6 +147,23 @@ else:
 # Records of runs finished before prompt sets were pinned name the configured files: rewritten once to their pins.
 if workflow.is_main_process:
     prompt_pins.migrate_records(job_records.METADATA, PROMPT_PINS)
+
+# A prompt set no pin holds yet (a new run, changed prompts): its pin, written by a job (planning writes nothing).
+PINNED_SOURCES = {pin: source for source, pin in PROMPT_PINS.items()}
+
+
+rule pin_prompts:
+    localrule: True
+    output:
+        f"results/{prompt_pins.FOLDER}/{{pin}}.jsonl",
+    wildcard_constraints:
+        pin="|".join(re.escape(Path(pin).stem) for pin in PINNED_SOURCES) or "(?!)",
+    log:
+        f"results/logs/{prompt_pins.FOLDER}/{{pin}}.log",
+    benchmark:
+        f"results/benchmarks/{prompt_pins.FOLDER}/{{pin}}.tsv"
+    run:
+        prompt_pins.write_pin(PINNED_SOURCES[output[0]], output[0])
 
 # What describes a whole run (its recorded config): a failed run puts back the version it replaced (onerror).
 RUN_RECORDS = [layout.RunLayout(folder).report(layout.RUN_CONFIG) for folder in RUN_FOLDERS]
