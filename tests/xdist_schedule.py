@@ -19,12 +19,12 @@ from __future__ import annotations
 PER_TEST = 1.0
 SECONDS = {  # measured: CI on a clean clone of 5b00e68, 2 workers (the 10 slowest files); the others estimated below those
     "tests/workflow/test_crash_resume.py": 637,
-    "tests/workflow/test_recipe_smoke_sd3.py": 590,  # dpo, nft, awm in 2 processes; dgpo
+    "tests/workflow/test_recipe_smoke_sd3.py": 640,  # dpo, nft, awm in 2 processes; dgpo, mixgrpo
     "tests/workflow/test_default_run.py": 393,  # its 3 iterations on the shipped model (the build took 1329 s of it until 2026-12-06)
     "tests/workflow/test_bad_inputs.py": 388,
     "tests/workflow/test_multiprocess_training.py": 307,  # + frozen rank, two nodes
     "tests/unit/host/test_cpu_kernels.py": 268,  # two gradient probes under qemu
-    "tests/workflow/test_recipe_smoke_flux.py": 267,  # sft in 2 processes
+    "tests/workflow/test_recipe_smoke_flux.py": 310,  # sft in 2 processes; mixgrpo
     "tests/workflow/test_tracking.py": 193,
     "tests/workflow/test_gpu_smoke.py": 200,  # gpu_smoke (2 recipes) and gpu_slot (1) at tiny size
     "tests/workflow/test_recipe_smoke.py": 175,
@@ -35,7 +35,7 @@ SECONDS = {  # measured: CI on a clean clone of 5b00e68, 2 workers (the 10 slowe
     "tests/workflow/test_fsdp_training.py": 160,
     "tests/workflow/test_served_reward_run.py": 150,
     "tests/workflow/test_workflow_sd3.py": 150,
-    "tests/workflow/test_rerun_protection.py": 140,
+    "tests/workflow/test_rerun_protection.py": 160,
     "tests/workflow/test_families_workflow.py": 120,
     "tests/unit/models/test_half_precision_fidelity.py": 120,  # 12 cases and the cast check, each 3 samplings
     "tests/workflow/test_integrity.py": 100,

@@ -235,7 +235,7 @@ PARSE_TIME = [
          "object with weight)"),
     Case("no reward left", {"rewards": {"color_match": None}}, "rewards: {} should be non-empty"),
     Case("empty eval seeds", {"eval": {"seeds": []}}, "eval.seeds: [] should be non-empty"),
-    Case("unknown train.loss", {"train": {"loss": "ppo"}}, "train.loss: 'ppo' is not one of ['awm', 'dgpo', 'dpo', 'grpo', 'nft', 'sft']"),
+    Case("unknown train.loss", {"train": {"loss": "ppo"}}, "train.loss: 'ppo' is not one of ['awm', 'dgpo', 'dpo', 'grpo', 'mixgrpo', 'nft', 'sft']"),
     Case("loss of another family", {"train": {"loss": "nft"}},
          "train.loss: nft is not available for model.family sd15"),
     Case("unknown device", {"device": "gpu"}, "device: 'gpu' does not match"),

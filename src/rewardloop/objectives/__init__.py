@@ -12,6 +12,6 @@ from rewardloop.objectives.registry import (
     get_objective,
     objective,
 )
-from rewardloop.objectives import awm, dgpo, dpo, grpo, nft, sft  # noqa: F401  (imported to register)
+from rewardloop.objectives import awm, dgpo, dpo, grpo, mixgrpo, nft, sft  # noqa: F401  (imported to register)
 
 __all__ = ["OBJECTIVES", "Objective", "ObjectiveError", "TrainingInputs", "get_objective", "objective"]

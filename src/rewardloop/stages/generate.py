@@ -32,7 +32,7 @@ def sde_selection(gen_cfg, seeds: list[list[int]], base_seed: int, iteration: in
 
     sample_seeds = [s for row in seeds for s in row]
     iteration_seed = int(np.random.SeedSequence([base_seed, iteration + 1]).generate_state(1)[0])
-    steps = select_sde_steps(gen_cfg["sde"], gen_cfg["steps"], sample_seeds, iteration_seed)
+    steps = select_sde_steps(gen_cfg["sde"], gen_cfg["steps"], sample_seeds, iteration_seed, iteration)
     return gen_cfg["sde"]["noise_level"], steps, gen_cfg["sde"]["type"]
 
 

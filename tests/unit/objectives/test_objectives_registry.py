@@ -77,7 +77,7 @@ def test_a_new_objective_trains_through_the_one_trainer(toy_objective, tiny_mode
 
 
 def test_an_unknown_objective_names_the_registered_ones():
-    with pytest.raises(cfgmod.ConfigError, match=r"train.loss: 'ppo' is not one of \['awm', 'dgpo', 'dpo', 'grpo', 'nft', 'sft'\]"):
+    with pytest.raises(cfgmod.ConfigError, match=r"train.loss: 'ppo' is not one of \['awm', 'dgpo', 'dpo', 'grpo', 'mixgrpo', 'nft', 'sft'\]"):
         cfgmod.validate({"prompts": PROMPTS, "train": {"loss": "ppo"}})
 
 
@@ -157,7 +157,7 @@ def test_the_registry_and_the_signal_table_name_what_they_miss():
     from rewardloop.objectives.registry import ObjectiveError, TrainingInputs
 
     with pytest.raises(ObjectiveError, match=r"^train\.loss: unknown objective 'ppo' \(expected one of "
-                                             r"awm, dgpo, dpo, grpo, nft, sft\)$"):
+                                             r"awm, dgpo, dpo, grpo, mixgrpo, nft, sft\)$"):
         get_objective("ppo")
     assert get_objective("dpo").schema()["description"] == (
         "Options of train.loss dpo: Diffusion-DPO on preference pairs (the ε-MSE on a UNet; the flow-matching loss "
