@@ -106,15 +106,15 @@ def step_line(entry: dict) -> str:
 def families_of(recipes: list[str]) -> dict[tuple, dict]:
     """The recipes grouped by the replica they run on, (family, variant) -> {"recipes": names in order,
     "sampling": the distinct (precision, guidance) they sample at}."""
+    from rewardloop.config.defaults import sampling_precision
     from rewardloop.models.replicas import variant_of
     from rewardloop.smoke.overlay import recipe_config
 
     groups: dict[tuple, dict] = {}
     for name in recipes:
         config = recipe_config(gpu_smoke.ROOT / "configs" / f"{name}.yaml")
-        family, gen, mixed = config["model"]["family"], config["generate"], config["train"]["mixed_precision"]
-        precision = gen.get("precision", "auto")  # auto: the training's, as config/defaults.py resolves it
-        precision = ("fp32" if mixed == "no" else mixed) if precision == "auto" else precision
+        family, gen = config["model"]["family"], config["generate"]
+        precision = sampling_precision(gen, config["train"])
         group = groups.setdefault((family, variant_of(family, config["model"]["path"])),
                                   {"recipes": [], "sampling": []})
         group["recipes"].append(name)
@@ -136,8 +136,9 @@ def build(family: str, variant: str | None, args) -> dict:
 
 
 def replica_folder(family: str, variant: str | None, args) -> Path:
-    name = f"replica-{family}" + (f"-{variant}" if variant else "") + ("" if args.size == "tiny" else f"-{args.size}")
-    return args.out / "assets" / name
+    from rewardloop.smoke import overlay
+
+    return overlay.replica_folder(family, args.out / "assets", args.size, variant)
 
 
 def steady(name: str, args) -> dict:

@@ -29,9 +29,15 @@ def fill_family_defaults(config: dict) -> None:
             section = section.get(name) if isinstance(section, dict) else None
         if isinstance(section, dict) and section.get(key, value) is None:
             section[key] = value
-    if config["generate"]["precision"] == "auto":
-        mixed = config["train"]["mixed_precision"]
-        config["generate"]["precision"] = "fp32" if mixed == "no" else mixed
+    config["generate"]["precision"] = sampling_precision(config["generate"], config["train"])
+
+
+def sampling_precision(generate: dict, train: dict) -> str:
+    """generate.precision, ``auto`` (or absent) resolved to the training's mixed precision (fp32 for ``no``)."""
+    precision = generate.get("precision", "auto")
+    if precision != "auto":
+        return precision
+    return "fp32" if train["mixed_precision"] == "no" else train["mixed_precision"]
 
 
 def normalise_paths(config: dict) -> None:

@@ -51,13 +51,17 @@ def recipe_config(recipe: Path, root: Path = REPO) -> dict:
     return merged
 
 
+def replica_folder(family: str, assets: Path, size: str = "tiny", variant: str | None = None) -> Path:
+    """Where :func:`replica` keeps the family's replica of ``size`` (of ``variant``) under ``assets``."""
+    return Path(assets) / (f"replica-{family}" + (f"-{variant}" if variant else "") + ("" if size == "tiny" else f"-{size}"))
+
+
 def replica(family: str, assets: Path, size: str = "tiny", variant: str | None = None, device: str = "cpu") -> Path:
     """The family's replica of ``size`` under ``assets`` (built once, its weights drawn on ``device``): of
     ``variant`` (a published checkpoint of the family, e.g. flux schnell), else the family's default one."""
     from rewardloop.models.replicas import build_replica
 
-    name = f"replica-{family}" + (f"-{variant}" if variant else "") + ("" if size == "tiny" else f"-{size}")
-    folder = assets / name
+    folder = replica_folder(family, assets, size, variant)
     if not (folder / "model_index.json").is_file():
         build_replica(family, folder, size=size, seed=0, variant=variant, device=device)
     return folder
