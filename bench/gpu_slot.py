@@ -8,7 +8,7 @@ where two GPUs are lent, within one time budget, saving JSON as it goes.
 Family by family (SD1.5, SDXL, SD3.5-Medium, FLUX.1-dev; the recipes of bench/gpu_smoke.py), so that at most
 one family's replica is on disk at a time (all four at full size are ~65 GB):
 1. **replica**: the family's ``--size`` replica of its published checkpoint, its random weights drawn on the
-   device in the stored dtype (``build_replica(device=...)``; on a CPU FLUX.1's 12 B parameters take minutes), then
+   device in the stored dtype (``build_replica(device=...)``, not drawn on the CPU and copied), then
    written as published and loaded back through the same code path as a real checkpoint;
 2. **steady state** of each of the family's recipes (bench/steady_state.py: load timed apart, our rollouts
    against the bare pipeline on the same weights, training from two runs, utilisation, peak memory against the

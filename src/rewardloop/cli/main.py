@@ -139,7 +139,7 @@ def parser() -> argparse.ArgumentParser:
     replica.add_argument("--seed", type=int, default=0,
                          help="random weights; the same seed on the same device gives identical files")
     replica.add_argument("--device", default="cpu",
-                         help="where the random weights are drawn: cpu, or cuda (a full-size replica in seconds "
+                         help="where the random weights are drawn: cpu, or cuda (a full-size replica drawn "
                               "on the GPU that will run it)")
     replica.add_argument("--stats", action="store_true", help="also print the build stats as JSON")
     replica.set_defaults(func=_build_replica)

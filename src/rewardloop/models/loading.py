@@ -204,7 +204,7 @@ def load_pipeline(model_cfg: Mapping, lora_dir: str | None = None, device="cpu",
         )
     except (OSError, ValueError) as exc:
         raise ModelError(f"model.path: cannot load {source} as {cls.__name__} ({exc})") from exc
-    pipe.to(device)  # before the LoRA: fused where the weights run (a GPU fuses FLUX.1's in a blink, a CPU not)
+    pipe.to(device)  # before the LoRA: fused where the weights run (on a GPU, not on the CPU first)
     if lora_dir:
         from rewardloop.models.lora import load_lora_fused
         from rewardloop.host import library_noise

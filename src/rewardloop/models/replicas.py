@@ -16,7 +16,7 @@ variants, T5's two shards and index) - and random weights.
   seconds and to take a 64x64-pixel generation step on a CPU in well under a second.
 
 ``device``: where the random weights are drawn (default the CPU). A full-size replica is drawn fastest on
-the GPU that will run it (``device="cuda"``: FLUX.1's 12 B parameters in seconds, not minutes on a CPU), in
+the GPU that will run it (``device="cuda"``: not drawn on the CPU and copied; not yet timed on a GPU), in
 the stored dtype directly; the weights then go to disk as published.
 
 Nothing is downloaded. The same seed on the same device gives bit-identical files (a GPU draws other
