@@ -10,13 +10,13 @@ token count and the limit; the prompt is still cut), ``error`` (stop before any 
 from __future__ import annotations
 
 import functools
+import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
 MAX_LINES = 20  # warn: lines printed before a count of the rest
-CACHE = Path(".snakemake/rewardloop/token_counts")  # relative to the working directory
 
 
 @dataclass(frozen=True)
@@ -38,89 +38,108 @@ def tokenizers(model_cfg: Mapping) -> dict[str, tuple[object, int]]:
 
     family = get_family(model_cfg["family"])
     if model_cfg.get("build_tiny"):  # the CLIP tokenizer the tiny builders write; their T5, if any, is not built yet
-        return _tiny_tokenizers(tuple(n for n in family.tokenizers if n not in family.sequence_lengths))
+        tokenizer = _tiny_tokenizer()
+        return {name: (tokenizer, tokenizer.model_max_length) for name in _tiny_names(family)}
     folder = Path(model_cfg["path"])
-    if not folder.is_dir():
-        return {}
-    return _folder_tokenizers(str(folder.resolve()), family.tokenizers, tuple(family.sequence_lengths.items()))
+    return {name: _load(folder / name, family.sequence_lengths.get(name))
+            for name in family.tokenizers if (folder / name).is_dir()}
 
 
-@functools.lru_cache(maxsize=4)
-def _folder_tokenizers(folder: str, names: tuple[str, ...], sequence_lengths: tuple = ()) -> dict[str, tuple[object, int]]:
+def _load(folder: Path, sequence_length: int | None) -> tuple[object, int]:
     from transformers import AutoTokenizer
 
-    lengths = dict(sequence_lengths)
-    found = {}
-    for name in names:
-        if (Path(folder) / name).is_dir():
-            tokenizer = AutoTokenizer.from_pretrained(Path(folder) / name)
-            # T5: the pipeline's max_sequence_length, not the tokenizer's 512
-            found[name] = (tokenizer, min(lengths.get(name, tokenizer.model_max_length), tokenizer.model_max_length))
-    return found
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    # T5: the pipeline's max_sequence_length, not the tokenizer's 512 (nor more than the tokenizer's own)
+    return tokenizer, min(sequence_length or tokenizer.model_max_length, tokenizer.model_max_length)
+
+
+def _tiny_names(family) -> tuple[str, ...]:
+    return tuple(n for n in family.tokenizers if n not in family.sequence_lengths)
 
 
 @functools.lru_cache(maxsize=1)
-def _tiny_tokenizers(names: tuple[str, ...]) -> dict[str, tuple[object, int]]:
+def _tiny_tokenizer():
     """The embedded tiny model's tokenizer (built by a rule later; it is a pure function of nothing)."""
     from rewardloop.models.tokenizer import build_tokenizer
 
     with tempfile.TemporaryDirectory() as tmp:
-        tokenizer = build_tokenizer(tmp)
-    return {name: (tokenizer, tokenizer.model_max_length) for name in names}
+        return build_tokenizer(tmp)
 
 
 def long_prompts(config: Mapping) -> list[LongPrompt]:
     """Every (prompt, tokenizer) pair of prompts.train and prompts.eval over the tokenizer's limit."""
     from rewardloop.prompts import load_prompts
 
-    found = []
     tables = {key: load_prompts(config["prompts"][key], key=f"prompts.{key}") for key in ("train", "eval")}
-    counted = _tiny_counts(config["model"], tables)
-    loaded = counted[0] if counted else tokenizers(config["model"])
-    for key, table in tables.items():
-        for name, (tokenizer, limit) in loaded.items():
-            counts = counted[1][key] if counted else token_counts(tokenizer, tuple(table.prompt))
-            found += [LongPrompt(f"prompts.{key}", pid, name, n, limit)
-                      for pid, n in zip(table.prompt_id, counts) if n > limit]
-    return found
+    prompts = {key: list(table.prompt) for key, table in tables.items()}
+    counted = _tiny_counts(config["model"], prompts) if config["model"].get("build_tiny") else \
+        _folder_counts(config["model"], prompts)
+    return [LongPrompt(f"prompts.{key}", pid, name, n, limit)
+            for name, (limit, counts) in counted.items() for key, table in tables.items()
+            for pid, n in zip(table.prompt_id, counts[key]) if n > limit]
 
 
-def _tiny_counts(model_cfg: Mapping, tables: Mapping) -> tuple[dict, dict[str, list[int]]] | None:
-    """({component: (None, token limit)}, {key: token counts}) of the tiny model's tokenizer, counted without
-    building it (the caption-word prompts of tokenizer.caption_token_counts); None to count with the tokenizer."""
+Counted = dict[str, tuple[int, dict[str, list[int]]]]  # {component: (token limit, {prompts key: token counts})}
+
+
+def _tiny_counts(model_cfg: Mapping, prompts: Mapping[str, list[str]]) -> Counted:
+    """The tiny model's CLIP tokenizer (its T5, if any, is not built yet), counted without building it where
+    every prompt is made of caption words (tokenizer.caption_token_counts), else with a tokenizer built aside."""
     from rewardloop.models.families import get_family
     from rewardloop.models.tokenizer import MAX_LENGTH, caption_token_counts
 
-    if not model_cfg.get("build_tiny"):
-        return None
-    counts = {key: caption_token_counts(table.prompt) for key, table in tables.items()}
+    counts = {key: caption_token_counts(texts) for key, texts in prompts.items()}
     if any(value is None for value in counts.values()):
-        return None
+        counts = {key: _count(_tiny_tokenizer(), texts) for key, texts in prompts.items()}
+    return {name: (MAX_LENGTH, counts) for name in _tiny_names(get_family(model_cfg["family"]))}
+
+
+def _folder_counts(model_cfg: Mapping, prompts: Mapping[str, list[str]]) -> Counted:
+    """The model folder's own tokenizers ({} for a hub id not on disk), read from the cache where their files
+    and the prompts were counted before: loading a tokenizer imports transformers and torch (4 of the 5 s a
+    `snakemake -n` took on 2 cores), and a recipe's 20,000 prompts take seconds, at every snakemake start."""
+    from rewardloop.models.families import get_family
+
     family = get_family(model_cfg["family"])
-    names = tuple(n for n in family.tokenizers if n not in family.sequence_lengths)  # as _tiny_tokenizers
-    return {name: (None, MAX_LENGTH) for name in names}, counts
+    folder = Path(model_cfg["path"])
+    return {name: _cached_counts(folder.resolve() / name, family.sequence_lengths.get(name), prompts)
+            for name in family.tokenizers if (folder / name).is_dir()}
 
 
-def token_counts(tokenizer, prompts: tuple[str, ...]) -> list[int]:
-    """Token count of each prompt, cached under .snakemake/ by the tokenizer's files and the prompts (a
-    recipe's 20,000 prompts take seconds to tokenize, at every snakemake start)."""
+def _cached_counts(folder: Path, sequence_length: int | None, prompts: Mapping[str, list[str]]):
+    """(token limit, {key: counts}) of the tokenizer in ``folder``, cached by its files' bytes and the prompts."""
     import hashlib
     import json
 
-    digest = hashlib.sha256(json.dumps(prompts).encode())
-    for file in sorted(Path(tokenizer.name_or_path).glob("*")) if Path(tokenizer.name_or_path).is_dir() else []:
-        digest.update(file.name.encode() + file.read_bytes())
-    cache = CACHE / f"{digest.hexdigest()[:32]}.json"
-    if Path(tokenizer.name_or_path).is_dir() and cache.is_file():
-        return json.loads(cache.read_text())
-    counts = [len(ids) for ids in tokenizer(list(prompts), truncation=False).input_ids]
-    if Path(tokenizer.name_or_path).is_dir():
-        try:
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            cache.write_text(json.dumps(counts))
-        except OSError:
-            pass  # a read-only working directory: count again next time
-    return counts
+    digest = hashlib.sha256(json.dumps([prompts, sequence_length]).encode())
+    for file in sorted(p for p in folder.rglob("*") if p.is_file()):
+        digest.update(str(file.relative_to(folder)).encode() + b"\0" + file.read_bytes())
+    cache = cache_folder() / f"{digest.hexdigest()[:32]}.json"
+    try:
+        cached = json.loads(cache.read_text())
+        return cached["limit"], cached["counts"]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # not counted yet (or an unreadable entry): count
+    tokenizer, limit = _load(folder, sequence_length)
+    counts = {key: _count(tokenizer, texts) for key, texts in prompts.items()}
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"limit": limit, "counts": counts}))
+        tmp.replace(cache)  # two snakemake starts at once never read half an entry
+    except OSError:
+        pass  # a read-only cache: count again next time
+    return limit, counts
+
+
+def _count(tokenizer, texts: list[str]) -> list[int]:
+    return [len(ids) for ids in tokenizer(texts, truncation=False).input_ids] if texts else []
+
+
+def cache_folder() -> Path:
+    """Token counts by content (the tokenizer's files and the prompts), shared by every working directory:
+    $XDG_CACHE_HOME/rewardloop/token_counts (~/.cache/rewardloop/token_counts by default)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rewardloop" / "token_counts"
 
 
 def warning_lines(found: list[LongPrompt]) -> list[str]:

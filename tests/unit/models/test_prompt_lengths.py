@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import os
+
 import pytest
 import torch
 
@@ -26,12 +29,16 @@ def sd3_replica(tmp_path_factory):
 
 
 def sd3_config(tmp_path, replica, train_lines, too_long="warn"):
+    return load(ROOT / "config.yaml", sd3_overrides(tmp_path, replica, train_lines, too_long))
+
+
+def sd3_overrides(tmp_path, replica, train_lines, too_long="warn") -> dict:
     (tmp_path / "train.txt").write_text("\n".join(train_lines) + "\n")
     (tmp_path / "eval.txt").write_text("a green square on a red background\n")  # held out: not one of the train lines
-    return load(ROOT / "config.yaml", {
+    return {
         "model": {"family": "sd3", "path": str(replica), "build_tiny": False}, "train": {"loss": "grpo"},
         "rewards": {"color_match": None, "jpeg_compressibility": 1.0}, "generate": {"resolution": 64},
-        "prompts": {"train": str(tmp_path / "train.txt"), "eval": str(tmp_path / "eval.txt"), "too_long": too_long}})
+        "prompts": {"train": str(tmp_path / "train.txt"), "eval": str(tmp_path / "eval.txt"), "too_long": too_long}}
 
 
 def test_a_bom_is_not_part_of_the_first_prompt(tmp_path):
@@ -105,3 +112,33 @@ def test_caption_word_prompts_are_counted_as_the_tiny_tokenizer_counts_them(tmp_
     assert caption_token_counts(prompts) == [len(ids) for ids in tokenizer(prompts, truncation=False).input_ids]
     for other in ("a red circle, on a blue background", "a redd circle", "a red\tcircle", "a \u212aed circle", ""):
         assert caption_token_counts(["a red circle", other]) is None  # counted by the tokenizer itself
+
+
+def test_a_second_start_reads_the_counts_from_the_cache_and_a_changed_tokenizer_is_counted_again(tmp_path, sd3_replica):
+    """Loading a tokenizer imports transformers and torch (4 of the 5 s of every `snakemake -n`): counts are kept
+    by the tokenizer files' bytes and the prompts, and a start that finds them imports neither."""
+    import shutil
+    import subprocess
+    import sys
+
+    replica = tmp_path / "replica"
+    shutil.copytree(sd3_replica, replica)
+    overrides = sd3_overrides(tmp_path, replica, [SHORT, PREFIX + "a red door", T5_LONG])
+    probe = (f"import json, sys; from rewardloop.config import load; from rewardloop.models.prompt_lengths import "
+             f"long_prompts; cfg = load({str(ROOT / 'config.yaml')!r}, json.loads(sys.argv[1])); found = long_prompts(cfg); "
+             f"print(json.dumps([[p.prompt_id, p.tokenizer, p.tokens, p.limit] for p in found])); "
+             f"print('transformers' in sys.modules)")
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1"}
+
+    def start() -> tuple[list, bool]:
+        out = subprocess.run([sys.executable, "-c", probe, json.dumps(overrides)], env=env, capture_output=True, text=True,
+                             check=True).stdout.splitlines()
+        return json.loads(out[-2]), out[-1] == "True"
+
+    expected = [[p.prompt_id, p.tokenizer, p.tokens, p.limit] for p in long_prompts(load(ROOT / "config.yaml", overrides))]
+    assert start() == (expected, True)  # counted: the tokenizers were loaded
+    assert start() == (expected, False)  # the same files and prompts: read back, transformers never imported
+    config_file = replica / "tokenizer_3" / "tokenizer_config.json"
+    config_file.write_text(json.dumps({**json.loads(config_file.read_text()), "model_max_length": 200}))
+    found, loaded = start()  # T5's own limit is now under the pipeline's 256: counted again, with it
+    assert loaded and {p[3] for p in found if p[1] == "tokenizer_3"} == {200}
