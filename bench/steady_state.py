@@ -157,7 +157,7 @@ def dpo_example_figures(cfg: dict, row: dict, batches: int) -> dict:
 
     @torch.no_grad()
     def encode():  # as train_diffusion_dpo.py does per step: vae.encode(...).latent_dist.sample(), the text encoder
-        family.latents_from_encoder(pipe.vae, pipe.vae.encode(pixels).latent_dist.sample())
+        family.encode_pixels(pipe.vae, pixels)
         family.encode(pipe, prompts)
 
     encode()  # warm-up

@@ -90,25 +90,3 @@ def sample_latents(
             latents = scheduler.step(eps, t, latents, **step_kwargs).prev_sample
         outputs.append(latents.float().cpu())
     return torch.cat(outputs)
-
-
-@torch.no_grad()
-def decode_latents(pipe, family, latents: torch.Tensor, batch_size: int) -> list:
-    """VAE-decode latents into PIL images (``family.decoder_input``: what the VAE is handed).
-
-    A VAE whose config sets ``force_upcast`` (SDXL's: its fp16 activations overflow to NaN, black
-    images) decodes in fp32 when the pipeline runs in fp16, as diffusers' pipelines do.
-    """
-    from PIL import Image
-
-    vae = pipe.vae
-    if vae.dtype == torch.float16 and getattr(vae.config, "force_upcast", False):
-        vae.to(torch.float32)
-    images = []
-    for start in range(0, len(latents), batch_size):
-        chunk = latents[start : start + batch_size].to(device=pipe.device, dtype=vae.dtype)
-        pixels = vae.decode(family.decoder_input(vae, chunk)).sample
-        pixels = ((pixels.float().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
-        for array in pixels.permute(0, 2, 3, 1).cpu().numpy():
-            images.append(Image.fromarray(array))
-    return images

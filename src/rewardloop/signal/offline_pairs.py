@@ -115,7 +115,7 @@ def encode(cfg: Mapping, resolution: int, random_crop: bool, num_workers: int, p
     tensors, rows = {}, []
     for start, (chosen, rejected) in zip(range(0, len(pairs), batch_size), loader):
         pixels = torch.cat([chosen, rejected]).to(device=device, dtype=vae.dtype)
-        latents = family.latents_from_encoder(vae, vae.encode(pixels).latent_dist.sample(generator=gen)).float().cpu()
+        latents = family.encode_pixels(vae, pixels, generator=gen).float().cpu()
         cond = family.encode(pipe, pairs.caption.iloc[start : start + len(chosen)].tolist())
         for j, (w, l) in enumerate(zip(*latents.chunk(2))):
             pid = f"{PREFIX}{start + j:07d}"

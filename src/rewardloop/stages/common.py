@@ -55,7 +55,6 @@ def rollout(pipe, family, prompts: pd.DataFrame, seeds: list[list[int]], setting
     """
     import torch
 
-    from rewardloop.sampling.ddim import decode_latents
     from rewardloop.sampling.schedulers import build_sampler, sampler_name
 
     cond = {k: v.float().cpu() for k, v in family.encode(pipe, prompts.prompt.tolist()).items()}
@@ -76,7 +75,7 @@ def rollout(pipe, family, prompts: pd.DataFrame, seeds: list[list[int]], setting
                               recorded=sde is not None)
     latents, records = _sample(pipe, family, row_cond, [r["seed"] for r in rows], settings, batch_size,
                                sde[0] if sde else 0.0, sde_steps, progress, desc, scheduler, sde_type)
-    images = decode_latents(pipe, family, latents, batch_size)
+    images = family.decode_images(pipe, latents, batch_size)
     for row, image in zip(rows, images):
         row["image"] = encode_png(image, row["sample_id"] + ".png")
         row.update(settings.as_dict())

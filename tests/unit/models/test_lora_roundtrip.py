@@ -119,13 +119,13 @@ def flux_eval_images(pipe, steps: int = 2):
     (eval's uint8 images [B, H, W, 3] as its PNGs hold them, the pipeline's floats in [0, 1] [B, 3, H, W])."""
     from diffusers import FluxPipeline
 
-    from rewardloop.sampling.ddim import SamplerSettings, decode_latents
+    from rewardloop.sampling.ddim import SamplerSettings
     from rewardloop.sampling.flow import sample_flow
 
     family, prompts, seeds = get_family("flux"), ["a red circle", "a green square on blue"], [3, 11]
     settings = SamplerSettings(steps=steps, guidance_scale=3.5, eta=0.0, resolution=32)
-    ours = decode_latents(pipe, family, sample_flow(pipe, family, family.encode(pipe, prompts), seeds, settings,
-                                                    batch_size=2, progress=False)[0], 2)
+    ours = family.decode_images(pipe, sample_flow(pipe, family, family.encode(pipe, prompts), seeds, settings,
+                                                  batch_size=2, progress=False)[0], 2)
     noise = torch.stack([torch.randn(family.latent_shape(pipe, 32), generator=torch.Generator().manual_seed(s))
                          for s in seeds])
     b, c, h, w = noise.shape

@@ -14,7 +14,7 @@ import torch
 from rewardloop.config import load
 from rewardloop.models import loading as models
 from rewardloop.models.families import get_family
-from rewardloop.sampling.ddim import SamplerSettings, decode_latents
+from rewardloop.sampling.ddim import SamplerSettings
 from rewardloop.stages.common import rollout
 from rewardloop.stages.train import load_models
 
@@ -39,9 +39,9 @@ def test_fp16_pipeline_decodes_in_fp32_when_the_vae_says_so(tiny_model, tmp_path
     folder = with_vae_config(tiny_model, tmp_path, force_upcast=force_upcast)
     latents = torch.randn(2, 4, 8, 8, generator=torch.Generator().manual_seed(0))
     sd15 = get_family("sd15")
-    reference = decode_latents(models.load_pipeline({"family": "sd15", "path": str(folder)}), sd15, latents, 2)
+    reference = sd15.decode_images(models.load_pipeline({"family": "sd15", "path": str(folder)}), latents, 2)
     half = models.load_pipeline({"family": "sd15", "path": str(folder)}, dtype=torch.float16)
-    images = decode_latents(half, sd15, latents, 2)
+    images = sd15.decode_images(half, latents, 2)
     assert half.vae.dtype == (torch.float32 if force_upcast else torch.float16)
     assert half.unet.dtype == torch.float16
     difference = max(np.abs(np.asarray(a, dtype=int) - np.asarray(b, dtype=int)).max() for a, b in zip(images, reference))

@@ -9,8 +9,10 @@ One module per family in this package holds a subclass of :class:`ModelFamily` r
   v-prediction for a DDPM-style family, the velocity for a rectified-flow one), guidance inside
   (two-pass classifier-free guidance, or a guidance embedding), in fp32. Latents are always the
   VAE's [B, C, h, w]; a family whose denoiser reads packed tokens packs and unpacks inside;
-* ``decoder_input(vae, latents)`` and ``latents_from_encoder(vae, encoded)``: between the denoiser's latents
-  and the VAE's (unscaled and shifted as the family's pipeline does);
+* ``decode_latents(vae, latents)`` and ``encode_pixels(vae, pixels)``: between the denoiser's latents and
+  pixels, as the family's pipeline calls its VAE (``decode_images``: PIL images, batch by batch); a family
+  whose VAE is called otherwise (a video VAE's frame axis) overrides these two, one that only normalises
+  otherwise (per-channel mean and std) ``decoder_input`` and ``latents_from_encoder``;
 * ``latent_shape``, ``image_tokens`` and ``sigmas`` (the time grid and its shift), the LoRA targets
   and key format, the folder's components, load options, and the config defaults that depend on it.
 
@@ -128,10 +130,37 @@ class ModelFamily:
         """(channels, h, w) of one image's latents at ``resolution`` px, as the VAE decodes them."""
         raise NotImplementedError
 
+    # The VAE ---------------------------------------------------------------------------------------
+    def decode_latents(self, vae, latents: torch.Tensor) -> torch.Tensor:
+        """Pixels in [-1, 1] ([B, 3, H, W], the VAE's dtype) of the denoiser's ``latents``, as the pipeline decodes."""
+        return vae.decode(self.decoder_input(vae, latents)).sample
+
+    def encode_pixels(self, vae, pixels: torch.Tensor, generator=None) -> torch.Tensor:
+        """The denoiser's latents of ``pixels`` in [-1, 1]: a sample of the VAE's posterior (as the diffusers
+        training scripts encode their images), normalised as the pipeline's latents are."""
+        return self.latents_from_encoder(vae, vae.encode(pixels).latent_dist.sample(generator=generator))
+
+    def decode_images(self, pipe, latents: torch.Tensor, batch_size: int) -> list:
+        """PIL images of ``latents``, ``batch_size`` at a time. A VAE whose config sets ``force_upcast`` (SDXL's:
+        its fp16 activations overflow to NaN, black images) decodes in fp32 when the pipeline runs in fp16, as
+        diffusers' pipelines do."""
+        import torch
+        from PIL import Image
+
+        vae = pipe.vae
+        if vae.dtype == torch.float16 and getattr(vae.config, "force_upcast", False):
+            vae.to(torch.float32)
+        images = []
+        with torch.no_grad():
+            for start in range(0, len(latents), batch_size):
+                chunk = latents[start : start + batch_size].to(device=pipe.device, dtype=vae.dtype)
+                pixels = ((self.decode_latents(vae, chunk).float().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
+                images.extend(Image.fromarray(array) for array in pixels.permute(0, 2, 3, 1).cpu().numpy())
+        return images
+
     def decoder_input(self, vae, latents: torch.Tensor) -> torch.Tensor:
         """What the family's pipeline hands ``vae.decode`` for sampled ``latents``: unscaled by the VAE config's
-        ``scaling_factor`` and shifted back by its ``shift_factor`` where it has one (SD3 and FLUX VAEs). A family
-        whose VAE normalises otherwise (per-channel mean and std) says so here."""
+        ``scaling_factor`` and shifted back by its ``shift_factor`` where it has one (SD3 and FLUX VAEs)."""
         shift = getattr(vae.config, "shift_factor", None) or 0.0
         return latents / vae.config.scaling_factor + shift
 
