@@ -122,9 +122,10 @@ def fsdp_gb(row: dict, gpus: int) -> float:
 
 
 FSDP_GPUS = (1, 2, 4, 8)
-# (recipe, train overrides): SDXL full; SD3.5-M/L and FLUX.1 with their recipe's LoRA, then fully fine-tuned (DPO).
+# (recipe, train overrides): SDXL full; SD3.5-M/L, FLUX.1 and Qwen-Image with their recipe's LoRA, then fully fine-tuned (DPO).
 FSDP_CASES = [("sdxl_pickscore_dpo", {"mixed_precision": "bf16"})] + [
-    (recipe, overrides) for recipe in ("sd35m_pickscore_nft", "sd35l_pickscore_nft", "flux_dev_pickscore_grpo")
+    (recipe, overrides) for recipe in ("sd35m_pickscore_nft", "sd35l_pickscore_nft", "flux_dev_pickscore_grpo",
+                                       "qwen_image_pickscore_grpo")
     for overrides in ({"distributed": "fsdp"}, {"adapter": "none", "loss": "dpo"})]
 
 

@@ -29,7 +29,7 @@ from workflow_helpers import ROOT, snakemake
 # A fan-out of recipes (experiments:, configs/tiny_sd3_compare.yaml) is not smoked as one: its variants'
 # options are their own recipes' (smoked here), and tests/workflow/test_experiments.py plans it.
 RECIPES = sorted(p for p in (ROOT / "configs").glob("*.yaml") if "experiments" not in recipe_config(p))
-OWN_FILES = ("sd3", "flux")  # families smoked in a file of their own: tests/workflow/test_recipe_smoke_<family>.py
+OWN_FILES = ("sd3", "flux", "qwen_image")  # families smoked in a file of their own: tests/workflow/test_recipe_smoke_<family>.py
 
 
 # One iteration of the workflow in 2 training processes (accelerate launch, gloo) for each objective, on its tiny
@@ -85,8 +85,13 @@ def check_recipe_runs_one_iteration(recipe: Path, assets: Path, tmp_path: Path) 
     embeds = tensors[f"prompt_embeds/{samples.prompt_id[0]}"]
     assert embeds.dtype == torch.float32
     # SD3.5: CLIP's 77 tokens then T5's 256, as its pipeline encodes; FLUX.1: T5's 512 alone (CLIP gives the
-    # pooled embedding only); the UNets: CLIP's 77
-    assert embeds.shape[0] == {"sd3": 77 + 256, "flux": 512}.get(family.name, 77)
+    # pooled embedding only); Qwen-Image: the longest prompt's tokens after the template's (the mask says which);
+    # the UNets: CLIP's 77
+    if family.name == "qwen_image":
+        mask = tensors[f"prompt_embeds_mask/{samples.prompt_id[0]}"]
+        assert embeds.shape[0] == mask.shape[0] and mask.max() == 1
+    else:
+        assert embeds.shape[0] == {"sd3": 77 + 256, "flux": 512}.get(family.name, 77)
 
     # model(0) loads where a user would use it: the family's plain diffusers pipeline
     settings = yaml.safe_load(overlay.read_text())

@@ -70,3 +70,19 @@ def test_every_import_points_to_its_own_floor_or_one_below():
 def test_an_import_up_a_floor_is_found():
     assert floor_of("rewardloop.host.cpu_kernels") < floor_of("rewardloop.stages.generate")
     assert floor_of("rewardloop.runtime.warm") > floor_of("rewardloop.artifacts")
+
+
+def test_the_readmes_map_of_the_house_names_every_module():
+    """A newcomer finds a module from the README's map: every module of the package is named there (by its
+    file's name, in the map's own words), so that a new one added without its line fails here."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    readme = (root / "README.md").read_text()
+    block = readme[readme.index("## Map of the house"):readme.index("\n## ", readme.index("## Map of the house") + 1)]
+    named = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", block))
+    modules = sorted(p for p in (root / "src/rewardloop").rglob("*.py") if p.name != "__init__.py")
+    assert len(modules) > 100
+    missing = [str(p.relative_to(root)) for p in modules if p.stem not in named]
+    assert not missing, "modules the README's map of the house does not name:\n  " + "\n  ".join(missing)

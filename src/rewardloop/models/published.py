@@ -23,6 +23,9 @@ README.md; in short:
 * flux: ``black-forest-labs/FLUX.1-dev`` (gated; the default variant) and ``black-forest-labs/FLUX.1-schnell``
   (Apache-2.0): the schnell repository's own file pages, hub mirrors of both at their diffusers commits
   (768d12a, 01aa605) and verbatim copies, each file checked against the byte size the hub tree lists.
+* qwen_image: ``Qwen/Qwen-Image`` (Apache-2.0; no mirror of the repository was found): the configs as public
+  training code pastes them (kohya-ss/musubi-tuner, ostris/ai-toolkit), each checked against the byte size
+  a hub listing gives; the tokenizer's settings reconstructed (no copy of its JSON files was found).
 
 ``published_files(family, variant)`` is the one loader of those files. ``VARIANTS[family]`` lists a
 family's published checkpoints (the first is the default, the one PUBLISHED_FILES / WEIGHTS /
@@ -54,6 +57,7 @@ CHECKPOINT_FOLDERS: dict[str, dict[str, tuple[str, ...]]] = {
             # the Turbo's files were not found apart from Large's: Large's are used (reconstructed)
             "large-turbo": ("sd3_medium", "sd3_large")},
     "flux": {"dev": ("flux_dev",), "schnell": ("flux_dev", "flux_schnell")},
+    "qwen_image": {"base": ("qwen_image_base",)},
 }
 
 
@@ -101,6 +105,7 @@ PUBLISHED_REPOS = {
     "sdxl": "stabilityai/stable-diffusion-xl-base-1.0",
     "sd3": "stabilityai/stable-diffusion-3.5-medium",
     "flux": "black-forest-labs/FLUX.1-dev",
+    "qwen_image": "Qwen/Qwen-Image",
 }
 
 # The default checkpoints' files by name (the names callers import).
@@ -197,6 +202,14 @@ WEIGHTS: dict[str, dict[str, tuple[str, str, bool, int]]] = {
         "text_encoder": ("model", "bfloat16", False, 1),
         "text_encoder_2": ("model", "bfloat16", False, 2),
     },
+    # Qwen-Image (the hub tree, published/README.md): the transformer in nine shards and Qwen2.5-VL in four, both
+    # cut at 5 GB (4.99 GB and less each), the VAE (254 MB) a single file; bfloat16 by the configs and by the
+    # index total sizes (2 bytes a parameter).
+    "qwen_image": {
+        "transformer": ("diffusion_pytorch_model", "bfloat16", False, 9),
+        "vae": ("diffusion_pytorch_model", "bfloat16", False, 1),
+        "text_encoder": ("model", "bfloat16", False, 4),
+    },
 }
 
 # Parameter counts of full-size components that a source states exactly. SD1.5's UNet and CLIP
@@ -214,6 +227,11 @@ PARAMETERS = {
     # (FILE_SIZES). CLIP-L: SD1.5's text tower, the same 123,060,480.
     ("flux", "transformer"): 11_901_408_320,
     ("flux", "text_encoder"): 123_060_480,
+    # Qwen-Image: the index total sizes / 2 (bfloat16), 40,860,802,176 and 16,584,333,312 bytes (the text
+    # encoder with its vision tower), and the VAE's file of 253,806,966 bytes less its header
+    ("qwen_image", "transformer"): 20_430_401_088,
+    ("qwen_image", "text_encoder"): 8_292_166_656,
+    ("qwen_image", "vae"): 126_892_531,
 }
 
 # Rounded figures: SD3.5 Medium "At 2.5 billion parameters" (Stability AI's release text, quoted
@@ -293,6 +311,10 @@ VARIANTS: dict[str, dict[str, dict]] = {
             "sampling": {"num_inference_steps": 4, "guidance_scale": 0.0, "max_sequence_length": 256},
         },
     },
+    # Qwen-Image's model card: 50 steps, true CFG 4 against the negative prompt " ", 1328 x 1328
+    "qwen_image": {"base": {"repo": PUBLISHED_REPOS["qwen_image"], "files": PUBLISHED_FILES["qwen_image"],
+                            "weights": WEIGHTS["qwen_image"],
+                            "sampling": {"num_inference_steps": 50, "true_cfg_scale": 4.0, "negative_prompt": " "}}},
 }
 
 # The variants' own files by name.

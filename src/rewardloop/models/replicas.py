@@ -44,6 +44,8 @@ VARIANTS = {family: tuple(names) for family, names in P.VARIANTS.items()}  # the
 
 # What a tiny replica may change in each kind of config: widths and depths only. A nested
 # config's keys are dotted ("vision_config.hidden_size").
+_QWEN_TEXT_WIDTH_DEPTH = {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                          "num_key_value_heads", "max_window_layers"}
 _CLIP_WIDTH_DEPTH = {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "projection_dim"}
 WIDTH_DEPTH_KEYS: dict[str, frozenset[str]] = {
     "unet": frozenset({"block_out_channels", "layers_per_block", "attention_head_dim", "cross_attention_dim",
@@ -53,8 +55,14 @@ WIDTH_DEPTH_KEYS: dict[str, frozenset[str]] = {
                               "joint_attention_dim", "pooled_projection_dim", "dual_attention_layers",
                               "num_single_layers"}),
     "vae": frozenset({"block_out_channels", "layers_per_block"}),
+    "video_vae": frozenset({"base_dim", "num_res_blocks"}),
     "clip_text": frozenset(_CLIP_WIDTH_DEPTH),
     "t5": frozenset({"d_model", "d_ff", "d_kv", "num_heads", "num_layers", "num_decoder_layers"}),
+    # Qwen2.5-VL as transformers 4.53 saves it: flat text keys, their text_config copy, the vision tower's.
+    # layer_types and max_window_layers follow the depth.
+    "qwen_vl": frozenset(_QWEN_TEXT_WIDTH_DEPTH | {f"text_config.{key}" for key in _QWEN_TEXT_WIDTH_DEPTH | {"layer_types"}}
+                         | {f"vision_config.{key}" for key in ("depth", "hidden_size", "intermediate_size", "num_heads",
+                                                                 "out_hidden_size", "fullatt_block_indexes")}),
     "safety_checker": frozenset({"projection_dim"} | {
         f"{sub}.{key}" for sub in ("text_config", "vision_config", "text_config_dict", "vision_config_dict")
         for key in _CLIP_WIDTH_DEPTH - {"projection_dim"}}),
@@ -69,6 +77,8 @@ _CLIP_G_TINY = {"hidden_size": 32, "intermediate_size": 128, "num_hidden_layers"
                 "projection_dim": 32}
 _T5_TINY = {"d_model": 64, "d_ff": 128, "d_kv": 16, "num_heads": 4, "num_layers": 2, "num_decoder_layers": 2}
 _VAE_TINY = {"block_out_channels": [32, 32, 32, 32], "layers_per_block": 1}  # 4 blocks: 8x downsampling
+_QWEN_VL_TINY = {"hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 1,
+                 "num_key_value_heads": 1, "max_window_layers": 2}
 _TIME_EMBED_TINY = 8
 _SAFETY_TINY = {"hidden_size": 16, "intermediate_size": 64, "num_attention_heads": 2, "num_hidden_layers": 2}
 
@@ -120,12 +130,27 @@ TINY_OVERRIDES: dict[str, dict[str, dict]] = {
         "text_encoder/config.json": _CLIP_L_TINY,
         "text_encoder_2/config.json": _T5_TINY,
     },
+    # Qwen-Image: one block, one head of the published 128 (the rotary axes (16, 56, 56) sum to it), as FLUX.1;
+    # Qwen2.5-VL keeps its 128-wide heads too (mrope sections [16, 24, 24] sum to half of it) in two layers, and
+    # its published vocabulary (the special tokens sit at ids 151643 on); the video VAE keeps its four levels.
+    "qwen_image": {
+        "transformer/config.json": {"num_layers": 1, "num_attention_heads": 1,
+                                    "joint_attention_dim": _QWEN_VL_TINY["hidden_size"]},
+        "vae/config.json": {"base_dim": 16, "num_res_blocks": 1},
+        "text_encoder/config.json": {
+            **_QWEN_VL_TINY,
+            "text_config": {**_QWEN_VL_TINY, "layer_types": ["full_attention"] * _QWEN_VL_TINY["num_hidden_layers"]},
+            "vision_config": {"depth": 1, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2,
+                              "out_hidden_size": _QWEN_VL_TINY["hidden_size"], "fullatt_block_indexes": [0]},
+        },
+    },
 }
 
 # The model components: (config file kind for WIDTH_DEPTH_KEYS, class name).
 _MODEL_KINDS = {
     "UNet2DConditionModel": "unet", "SD3Transformer2DModel": "transformer", "FluxTransformer2DModel": "transformer",
-    "AutoencoderKL": "vae",
+    "QwenImageTransformer2DModel": "transformer", "AutoencoderKL": "vae", "AutoencoderKLQwenImage": "video_vae",
+    "Qwen2_5_VLForConditionalGeneration": "qwen_vl",
     "CLIPTextModel": "clip_text", "CLIPTextModelWithProjection": "clip_text", "T5EncoderModel": "t5",
     "StableDiffusionSafetyChecker": "safety_checker",
 }
@@ -134,7 +159,11 @@ _MODEL_KINDS = {
 FULL_SHARD_SIZE = "5GB"
 DIFFUSERS_SHARD_SIZE = "10GB"
 SINGLE_FILE = "1000GB"  # the other published UNets and transformers are single files (SDXL's is 10.3 GB)
-_DIFFUSERS_MODELS = ("UNet2DConditionModel", "SD3Transformer2DModel", "FluxTransformer2DModel", "AutoencoderKL")
+_DIFFUSERS_MODELS = ("UNet2DConditionModel", "SD3Transformer2DModel", "FluxTransformer2DModel", "AutoencoderKL",
+                     "QwenImageTransformer2DModel", "AutoencoderKLQwenImage")
+# Components published in shards cut otherwise than their library's default (above): Qwen-Image's transformer at
+# 5 GB (nine shards of at most 4.99 GB), where diffusers cuts at 10 GB.
+SHARD_SIZES = {("qwen_image", "transformer"): FULL_SHARD_SIZE}
 
 
 class ReplicaError(ValueError):
@@ -225,7 +254,9 @@ def _instantiate(class_name: str, config: dict):
         return StableDiffusionSafetyChecker(CLIPConfig.from_dict(config))
     import transformers
 
-    config_class = {"T5EncoderModel": transformers.T5Config}.get(class_name, transformers.CLIPTextConfig)
+    config_class = {"T5EncoderModel": transformers.T5Config,
+                    "Qwen2_5_VLForConditionalGeneration": transformers.Qwen2_5_VLConfig}.get(class_name,
+                                                                                            transformers.CLIPTextConfig)
     return getattr(transformers, class_name)(config_class.from_dict(config))
 
 
@@ -283,7 +314,7 @@ def _shard_size_for(model, dtype: str, shards: int) -> int:
 
 
 def _write_model(folder: Path, class_name: str, config: dict, storage: tuple, size: str, seed: int,
-                 device: str = "cpu") -> int:
+                 device: str = "cpu", full_shard_size: str | None = None) -> int:
     """Instantiate (random weights, drawn on ``device``), save as published, write the published config; params."""
     import torch
 
@@ -302,7 +333,7 @@ def _write_model(folder: Path, class_name: str, config: dict, storage: tuple, si
             torch.set_default_dtype(default)
     params = parameter_count(model)
     if shards > 1 and size == "full":
-        limit = DIFFUSERS_SHARD_SIZE if class_name in _DIFFUSERS_MODELS else FULL_SHARD_SIZE
+        limit = full_shard_size or (DIFFUSERS_SHARD_SIZE if class_name in _DIFFUSERS_MODELS else FULL_SHARD_SIZE)
     elif shards > 1:
         limit = _shard_size_for(model, dtype, shards)
     else:
@@ -312,7 +343,7 @@ def _write_model(folder: Path, class_name: str, config: dict, storage: tuple, si
         _save_weights(model, folder, "float16", "fp16", limit)
     del model
     gc.collect()
-    for extra in ("generation_config.json",):  # not in the published folders
+    for extra in ("generation_config.json",):  # written back below where the published folder has one
         (folder / extra).unlink(missing_ok=True)
     (folder / "config.json").write_text(json_text(config))
     _published_index(folder)
@@ -321,6 +352,11 @@ def _write_model(folder: Path, class_name: str, config: dict, storage: tuple, si
     if len(weights) != expected or (shards == 1 and f"{stem}.safetensors" not in weights):
         raise ReplicaError(f"{folder}: wrote {weights}, expected {stem} weights in {shards} shard(s)")
     return params
+
+
+def _component_files(files: Mapping[str, dict], component: str) -> dict[str, dict]:
+    """The published JSON files of one component's folder: name -> dict."""
+    return {path.split("/", 1)[1]: data for path, data in files.items() if path.startswith(f"{component}/")}
 
 
 def build_replica(family: str, out_dir: str | os.PathLike, size: str = "tiny", seed: int = 0,
@@ -333,6 +369,7 @@ def build_replica(family: str, out_dir: str | os.PathLike, size: str = "tiny", s
     bit-identical files.
     """
     from rewardloop.models import tokenizer as tok
+    from rewardloop.models.qwen_tokenizer import write_qwen2_tokenizer
     from rewardloop.models.t5_tokenizer import build_t5_tokenizer
 
     variant = _check(family, size, variant)
@@ -355,6 +392,8 @@ def build_replica(family: str, out_dir: str | os.PathLike, size: str = "tiny", s
                                          files[f"{component}/special_tokens_map.json"])
             elif class_name == "T5TokenizerFast":
                 build_t5_tokenizer(folder, files[f"{component}/tokenizer_config.json"])
+            elif class_name == "Qwen2Tokenizer":
+                write_qwen2_tokenizer(folder, _component_files(files, component))
             elif component == "scheduler":
                 (folder / "scheduler_config.json").write_text(json_text(files["scheduler/scheduler_config.json"]))
             elif component == "feature_extractor":
@@ -363,7 +402,11 @@ def build_replica(family: str, out_dir: str | os.PathLike, size: str = "tiny", s
             else:
                 params[component] = _write_model(folder, class_name, files[f"{component}/config.json"],
                                                  published["weights"][component], size,
-                                                 _component_seed(seed, component), device)
+                                                 _component_seed(seed, component), device,
+                                                 SHARD_SIZES.get((family, component)))
+                for name, data in _component_files(files, component).items():  # e.g. generation_config.json
+                    if name != "config.json":
+                        (folder / name).write_text(json_text(data))
         mode = default_mode()
         for path in tmp.rglob("*"):  # save_pretrained leaves its weight files owner-only (0600)
             if path.is_file():

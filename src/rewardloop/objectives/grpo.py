@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from rewardloop.lazy_torch import torch
 
-from rewardloop.models.families import EMPTY_PROMPT, ModelFamily
+from rewardloop.models.families import ModelFamily
 from rewardloop.objectives.advantage_training import (clipped_policy_loss, epoch_batches, load_advantages, rank_share,
                                                       weighted)
 from rewardloop.objectives.options import option
@@ -58,7 +58,8 @@ class RolloutData:
 
     ``params``: the per-step constants of the recorded step kind (``steps``; flow: sigmas, sigmas_next,
     std; DDIM: timesteps, alphas, alphas_prev, std), each [N, K]. ``cond``: the family's conditioning
-    rows of the samples' prompts {key: [N, ...]}; ``uncond``: the empty prompt's {key: [1, ...]} for CFG.
+    rows of the samples' prompts {key: [N, ...]}; ``uncond``: what the rollout guided against
+    (``family.unconditional``) {key: [1, ...]} for CFG.
     """
 
     family: ModelFamily
@@ -104,7 +105,7 @@ def load_rollouts(inputs: TrainingInputs, family: ModelFamily, vae_scale_factor:
         params={name: stack(name) for name in steps.params},
         advantages=torch.tensor(table.advantage.to_numpy(), dtype=torch.float32),
         cond={key: torch.stack([get(f"{key}/{p}") for p in table.prompt_id]) for key in family.conditioning},
-        uncond={key: get(f"{EMPTY_PROMPT}/{key}")[None] for key in family.conditioning},
+        uncond={key: get(f"{family.unconditional_key}/{key}")[None] for key in family.conditioning},
         guidance_scale=float(get("rollout/guidance_scale")),
         steps=steps,
         pixel_size=latents.shape[-1] * vae_scale_factor,

@@ -13,7 +13,7 @@ the timestep, x_t = (1 - sigma) x0 + sigma eps, target v = eps - x0.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
@@ -30,7 +30,8 @@ if TYPE_CHECKING:
 class PairData:
     """Pairs as tensors: chosen/rejected latents [P, C, h, w] and their prompt embeddings [P, L, D].
 
-    ``pooled``: SDXL's pooled embeddings [P, D2]; ``empty``: the empty prompt's conditioning
+    ``pooled``: SDXL's pooled embeddings [P, D2]; ``extra``: the family's other conditioning keys [P, ...]
+    (Qwen-Image's prompt_embeds_mask); ``empty``: the empty prompt's conditioning
     (``train.proportion_empty_prompts``); the last ``offline`` pairs come from ``data.offline_pairs``.
     """
 
@@ -42,6 +43,7 @@ class PairData:
     offline: int = 0
     offline_fraction: float = 0.0  # share of each micro-batch drawn from the offline pairs
     guidance_scale: float = 1.0  # the rollouts' (rollout/guidance_scale; a guidance-embedding family trains at it)
+    extra: dict[str, torch.Tensor] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.chosen)
@@ -55,6 +57,7 @@ class PairData:
         cond = {"prompt_embeds": self.embeds[index]}
         if self.pooled is not None:
             cond["pooled_embeds"] = self.pooled[index]
+        cond.update({key: value[index] for key, value in self.extra.items()})
         if empty_mask is not None and bool(empty_mask.any()):
             if self.empty is None:
                 raise ObjectiveError("train.proportion_empty_prompts > 0 but the empty prompt's conditioning is not cached")
@@ -69,6 +72,9 @@ def load_pairs(inputs: TrainingInputs) -> PairData:
     get = inputs.tensor
     has_pooled = any(k.startswith("pooled_embeds/") for k in inputs.tensors)
     empty = {k.split("/", 1)[1]: v for k, v in inputs.tensors.items() if k.startswith(f"{EMPTY_PROMPT}/")}
+    # every conditioning key cached per prompt (<key>/<prompt id>) beyond the embeddings, e.g. a mask
+    first = f"/{pairs.prompt_id.iloc[0]}"
+    extra = sorted({k[: -len(first)] for k in inputs.tensors if k.endswith(first)} - {"prompt_embeds", "pooled_embeds"})
     return PairData(
         chosen=torch.stack([get(f"latents/{s}") for s in pairs.chosen]),
         rejected=torch.stack([get(f"latents/{s}") for s in pairs.rejected]),
@@ -76,6 +82,7 @@ def load_pairs(inputs: TrainingInputs) -> PairData:
         pooled=torch.stack([get(f"pooled_embeds/{p}") for p in pairs.prompt_id]) if has_pooled else None,
         empty=empty or None,
         guidance_scale=float(inputs.tensors.get("rollout/guidance_scale", 1.0)),
+        extra={key: torch.stack([get(f"{key}/{p}") for p in pairs.prompt_id]) for key in extra},
     )
 
 
@@ -92,6 +99,7 @@ def concat_pairs(online: PairData, offline: PairData, offline_fraction: float) -
         rejected=torch.cat([online.rejected, offline.rejected]),
         embeds=torch.cat([online.embeds, offline.embeds]),
         pooled=pooled,
+        extra={key: torch.cat([value, offline.extra[key]]) for key, value in online.extra.items()},
         empty=online.empty,
         offline=len(offline),
         offline_fraction=offline_fraction,

@@ -26,7 +26,8 @@ SMOKE = {  # the sizes an overlay sets (deep-merged over the recipe)
     "generate": {"prompts_per_iteration": 2, "images_per_prompt": 3, "steps": 4, "resolution": 64,
                  "batch_size": 6, "shards": 1},
     "train": {"steps": 2, "batch_size": 2, "gradient_accumulation_steps": 1, "checkpointing_steps": 1,
-              "lr_warmup_steps": 0, "dataloader_num_workers": 0},
+              "lr_warmup_steps": 0, "dataloader_num_workers": 0,
+              "num_processes": None},  # one process per GPU of the job: one on the CPU (a recipe's 8 need 8 GPUs)
     "eval": {"seeds": [0], "steps": 4},
     "data": {"offline_pairs": None},
     "resources": {"threads": 1, "mem_mb": 4000, "runtime": 30},

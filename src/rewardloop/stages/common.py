@@ -88,6 +88,9 @@ def rollout(pipe, family, prompts: pd.DataFrame, seeds: list[list[int]], setting
     # train.proportion_empty_prompts swaps in the empty prompt's conditioning: cache it too.
     empty = family.encode(pipe, [""])
     tensors.update({f"{EMPTY_PROMPT}/{k}": v[0].float().cpu() for k, v in empty.items()})
+    if family.unconditional_key != EMPTY_PROMPT:  # what the rollout guided against, for training to guide alike
+        tensors.update({f"{family.unconditional_key}/{k}": v[0].float().cpu()
+                        for k, v in family.unconditional(pipe).items()})
     if sde:
         _add_records(tensors, rows, records, settings, sde_type)
     if family.flow_matching:  # the timestep grid the rollout stepped from (DiffusionNFT trains at these)

@@ -266,13 +266,11 @@ def test_sd3_prompt_embeddings_have_clip_plus_t5_tokens(pipes):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_a_plain_pipeline_call_runs(replicas, family, one_thread):
-    cls = {"sd15": "StableDiffusionPipeline", "sdxl": "StableDiffusionXLPipeline", "sd3": "StableDiffusion3Pipeline",
-           "flux": "FluxPipeline"}
-    import diffusers
+    from rewardloop.models.families import get_family
 
     # dtype given: transformers 5 loads a text encoder in its config's torch_dtype otherwise (SDXL's and
     # SD3's published configs say float16), next to a float32 denoiser
-    pipe = getattr(diffusers, cls[family]).from_pretrained(replicas[family], dtype=torch.float32)
+    pipe = get_family(family).pipeline_class().from_pretrained(replicas[family], dtype=torch.float32)
     pipe.set_progress_bar_config(disable=True)
     image = pipe(PROMPTS[0], height=64, width=64, num_inference_steps=2).images[0]
     assert image.size == (64, 64)

@@ -42,7 +42,7 @@ def test_cps_refuses_a_strategy_that_can_record_the_last_step(sde, refused):
     (cps(noise_level=1.2, window_range=[0, 9], num_sde_steps=2),
      "generate.sde.noise_level: with type cps it is a in sin(a pi / 2); must be <= 1"),
     ({"model": {"family": "sd15"}, **cps(noise_level=1.0)},
-     "generate.sde.type: cps is a flow-matching step (sd3, flux); sd15 records DDIM steps"),
+     "generate.sde.type: cps is a flow-matching step (sd3, flux, qwen_image); sd15 records DDIM steps"),
 ])
 def test_cps_names_the_key_it_refuses(overrides, message):
     base = ROOT / ("config.yaml" if "model" in overrides else "configs/tiny_sd3_grpo.yaml")

@@ -14,7 +14,7 @@ from rewardloop.models.families.base import (
     get_family,
     register_family,
 )
-from rewardloop.models.families import sd15, sdxl, sd3, flux  # noqa: F401  (imported to register)
+from rewardloop.models.families import sd15, sdxl, sd3, flux, qwen_image  # noqa: F401  (imported to register)
 
 __all__ = ["EMPTY_PROMPT", "FAMILIES", "FamilyError", "ModelFamily", "family_names", "get_family",
            "register_family"]

@@ -30,6 +30,8 @@ if TYPE_CHECKING:  # torch is imported where used: the stage modules import this
 
 
 EMPTY_PROMPT = "empty_prompt"  # cache keys empty_prompt/<key>: the empty prompt's conditioning
+# cache keys negative_prompt/<key>: the conditioning a rollout guided against, where it is not the empty prompt's
+NEGATIVE_PROMPT = "negative_prompt"
 
 
 class FamilyError(ValueError):
@@ -49,6 +51,9 @@ class ModelFamily:
     # "cfg": two passes (unconditional and conditional); "embedded": the guidance scale is an input of the
     # denoiser (FLUX.1-dev), no unconditional pass; the samplers ask, never assume.
     guidance: ClassVar[str] = "cfg"
+    # What classifier-free guidance pairs the prompts with (:meth:`unconditional`): the empty prompt unless the
+    # family's published usage says otherwise.
+    negative_prompt: ClassVar[str] = ""
     # Components a folder may list as [null, null], by what they are: {"T5": ("text_encoder_3", "tokenizer_3")}.
     optional_components: ClassVar[Mapping[str, tuple[str, ...]]] = {}
     unused_components: ClassVar[tuple[str, ...]] = ()  # loaded by the pipeline, never used here
@@ -185,10 +190,15 @@ class ModelFamily:
     # The denoiser ----------------------------------------------------------------------------------
     def unconditional(self, pipe) -> dict:
         """The conditioning classifier-free guidance pairs with the prompts' ({key: [1, ...]}): what the family's
-        pipeline uses when given no negative prompt, the empty prompt's encoding unless the family says otherwise.
-        (Not ``train.proportion_empty_prompts``' dropout, which trains on the empty prompt's encoding: cache key
-        ``empty_prompt/``.)"""
-        return self.encode(pipe, [""])
+        pipeline uses when given no negative prompt: the encoding of ``negative_prompt`` (the empty prompt unless
+        the family says otherwise). (Not ``train.proportion_empty_prompts``' dropout, which trains on the empty
+        prompt's encoding: cache key ``empty_prompt/``.)"""
+        return self.encode(pipe, [self.negative_prompt])
+
+    @property
+    def unconditional_key(self) -> str:
+        """Where a rollout's cache holds :meth:`unconditional`'s conditioning (``<key>/<conditioning key>``)."""
+        return NEGATIVE_PROMPT if self.negative_prompt else EMPTY_PROMPT
 
     def predict(self, denoiser, latents: torch.Tensor, timestep, cond: Mapping[str, torch.Tensor], *,
                 guidance_scale: float = 1.0, uncond: Mapping[str, torch.Tensor] | None = None, dtype=None,

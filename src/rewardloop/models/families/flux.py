@@ -19,6 +19,8 @@ scripts/train_flux.py ``compute_log_prob`` call the transformer the same way.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from rewardloop.models.families.base import ModelFamily, batch_timesteps, register_family
 
 # FluxPipeline's max_sequence_length default (pipeline_flux.py L630), which FLUX.1-dev samples with;
@@ -55,8 +57,43 @@ def denoiser_config(denoiser):
     return getattr(denoiser, "module", denoiser).config
 
 
+class PackedLatentFamily(ModelFamily):
+    """A rectified-flow family whose transformer reads the VAE's latents as 2x2 patches packed into tokens (FLUX.1,
+    Qwen-Image: ``pack_latents``): the latent side must be even, the transformer's in_channels count 4 latent
+    channels per patch, its image tokens are the patches, and the grid is linspace(1, 1/N, N) shifted by their
+    count (FluxPipeline L823, QwenImagePipeline L572)."""
+
+    packing: ClassVar[str]  # how messages name the packing ("FLUX's 2x2 latent packing")
+
+    def latent_shape(self, pipe, resolution: int) -> tuple[int, int, int]:
+        factor = pipe.vae_scale_factor
+        if resolution % (2 * factor):
+            raise ValueError(f"generate.resolution: {resolution} is not divisible by {2 * factor} (the VAE factor "
+                             f"{factor} x {self.packing}: the latent side must be even)")
+        side = resolution // factor
+        return (self.latent_channels(pipe.transformer.config), side, side)
+
+    def latent_channels(self, denoiser_config) -> int:
+        return denoiser_config["in_channels"] // 4  # 4 packed features per 2x2 patch (FluxPipeline L810)
+
+    def image_tokens(self, pipe, resolution: int) -> int:
+        _, height, width = self.latent_shape(pipe, resolution)
+        return (height // 2) * (width // 2)
+
+    def sigmas(self, scheduler, steps: int, image_tokens: int):
+        import numpy as np
+
+        from rewardloop.sampling.schedulers import flow_sigmas
+
+        # sigmas = linspace(1, 1/N, N), shifted by mu = calculate_shift(image tokens, ...) where the config has
+        # use_dynamic_shifting (FLUX.1-dev, Qwen-Image), else by its static shift (schnell: shift 1, the plain
+        # linspace); a use_flow_sigmas config keeps the scheduler's own.
+        start = None if scheduler.config.get("use_flow_sigmas") else np.linspace(1.0, 1 / steps, steps)
+        return flow_sigmas(scheduler, steps, image_tokens, start=start)
+
+
 @register_family
-class Flux(ModelFamily):
+class Flux(PackedLatentFamily):
     name = "flux"
     pipeline = "FluxPipeline"
     denoiser = "transformer"
@@ -65,6 +102,7 @@ class Flux(ModelFamily):
     default_resolution = 1024
     flow_matching = True
     guidance = "embedded"
+    packing = "FLUX's 2x2 latent packing"
     # FLUX.1-dev is gated (its non-commercial license must be accepted on the hub). FLUX.1-schnell is
     # Apache-2.0 and not gated, but a hub id alone does not say which variant it is (only the folder's
     # transformer config does, guidance_embeds), so the family says gated: HF_TOKEN is passed through.
@@ -99,34 +137,7 @@ class Flux(ModelFamily):
 
     def resolution_factor(self, vae_config, denoiser_config):
         factor, _ = super().resolution_factor(vae_config, denoiser_config)
-        return factor * 2, f"the VAE's factor {factor} x FLUX's 2x2 latent packing"
-
-    def latent_shape(self, pipe, resolution: int) -> tuple[int, int, int]:
-        # The transformer's in_channels count packed features: 4 latent channels per 2x2 patch (L810).
-        factor = pipe.vae_scale_factor
-        if resolution % (2 * factor):
-            raise ValueError(f"generate.resolution: {resolution} is not divisible by {2 * factor} (the VAE factor "
-                             f"{factor} x FLUX's 2x2 latent packing: the latent side must be even)")
-        side = resolution // factor
-        return (self.latent_channels(pipe.transformer.config), side, side)
-
-    def latent_channels(self, denoiser_config) -> int:
-        return denoiser_config["in_channels"] // 4  # 4 packed features per 2x2 patch
-
-    def image_tokens(self, pipe, resolution: int) -> int:
-        _, height, width = self.latent_shape(pipe, resolution)
-        return (height // 2) * (width // 2)
-
-    def sigmas(self, scheduler, steps: int, image_tokens: int):
-        import numpy as np
-
-        from rewardloop.sampling.schedulers import flow_sigmas
-
-        # FluxPipeline.__call__ (L823): sigmas = linspace(1, 1/N, N), shifted by mu = calculate_shift(image
-        # tokens, ...) where the config has use_dynamic_shifting (FLUX.1-dev), else by its static shift
-        # (schnell: shift 1, the plain linspace); a use_flow_sigmas config keeps the scheduler's own.
-        start = None if scheduler.config.get("use_flow_sigmas") else np.linspace(1.0, 1 / steps, steps)
-        return flow_sigmas(scheduler, steps, image_tokens, start=start)
+        return factor * 2, f"the VAE's factor {factor} x {self.packing}"
 
     def predict(self, denoiser, latents, timestep, cond, *, guidance_scale=1.0, uncond=None, dtype=None,
                 pixel_size=None):
