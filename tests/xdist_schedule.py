@@ -22,9 +22,10 @@ SECONDS = {  # measured: CI on a clean clone of 5b00e68, 2 workers (the 10 slowe
     "tests/workflow/test_recipe_smoke_sd3.py": 640,  # dpo, nft, awm in 2 processes; dgpo, mixgrpo
     "tests/workflow/test_default_run.py": 393,  # its 3 iterations on the shipped model (the build took 1329 s of it until 2026-12-06)
     "tests/workflow/test_bad_inputs.py": 388,
-    "tests/workflow/test_multiprocess_training.py": 307,  # + frozen rank, two nodes
+    "tests/workflow/test_multiprocess_training.py": 360,  # + frozen rank, two nodes; the 4 advantage objectives
     "tests/unit/host/test_cpu_kernels.py": 268,  # two gradient probes under qemu
     "tests/workflow/test_recipe_smoke_flux.py": 310,  # sft in 2 processes; mixgrpo
+    "tests/workflow/test_recipe_smoke_qwen_image.py": 262,  # its recipe and the 6 other objectives
     "tests/workflow/test_tracking.py": 193,
     "tests/workflow/test_gpu_smoke.py": 200,  # gpu_smoke (2 recipes) and gpu_slot (1) at tiny size
     "tests/workflow/test_recipe_smoke.py": 175,
@@ -41,6 +42,7 @@ SECONDS = {  # measured: CI on a clean clone of 5b00e68, 2 workers (the 10 slowe
     "tests/workflow/test_integrity.py": 100,
     "tests/workflow/test_slurm.py": 90,  # the 2-node dry runs (the cluster test runs in its own tier)
     "tests/unit/training/test_full_and_offline.py": 60,
+    "tests/unit/models/test_qwen_image_family.py": 30,
     "tests/unit/objectives/test_grpo_guard.py": 30,
     "tests/unit/objectives/test_dgpo.py": 60,  # 47 s alone: 5 tiny trains
 }

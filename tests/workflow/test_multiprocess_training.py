@@ -208,6 +208,8 @@ ADVANTAGE_OBJECTIVES = {
     "grpo": {"grpo": {"kl_beta": 0.04, "clip_range": 0.2}},
     "nft": {"nft": {"timestep_fraction": 0.5, "kl_beta": 0.01}},
     "awm": {"awm": {"num_train_timesteps": 2, "kl_beta": 0.01}},
+    # DGPO: a batch of whole groups split over the ranks, its group sums all-reduced (the reference's)
+    "dgpo": {"dgpo": {"trunc_steps": 3, "num_train_timesteps": 2, "kl_beta": 0.01}},
 }
 
 

@@ -1,5 +1,6 @@
-"""What the objectives trained on group advantages (grpo, nft, awm) share: the advantages table, the
-seeded batches of an inner epoch, each rank's share of a batch, and PPO's clipped surrogate.
+"""What the objectives trained on group advantages (grpo, nft, awm, dgpo) share: the advantages table, the
+seeded batches of an inner epoch, each rank's share of a batch (and a sum over the ranks: DGPO's group sums),
+and PPO's clipped surrogate.
 
 Several processes: the plan is drawn for the global batch (``train.batch_size`` x processes), every
 random draw of a micro-batch (noise, timesteps) is made for the global batch too, and each rank
@@ -45,6 +46,15 @@ def rank_share(count: int, rank: int, processes: int) -> tuple[slice, float]:
     base, extra = divmod(count, processes)
     start, size = rank * base + min(rank, extra), base + (rank < extra)
     return slice(start, start + size), size * processes / count
+
+
+def summed_over_processes(policy):
+    """A function that sums a tensor over the training processes in place (all-reduce); None in one process."""
+    if policy.num_processes == 1:
+        return None
+    import torch.distributed as dist
+
+    return lambda tensor: dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
 
 
 def weighted(loss, logs: dict, weight: float):

@@ -26,7 +26,8 @@ Departures from the reference code, stated in docs/flow-rl.md: rollouts use the 
 solver: the algorithm is solver-agnostic); after ``switch_ema_ref`` optimizer steps (200, 500) its rollouts
 sample the EMA reference's weights: here they always sample the trained LoRA; its separate EMA of the LoRA for
 evaluations and checkpoints (``train.ema``) is not kept, as for DiffusionNFT; ``kl_cfg`` (a CFG reference in the
-KL, 1 in every recipe) is not offered; one training process only (its group sums are all-reduced over ranks).
+KL, 1 in every recipe) is not offered. Over several processes a global batch of whole groups is split over the ranks
+and the group sums s_g are all-reduced, as the reference's (``compute_group_dgpo_loss_allreduce``).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 from rewardloop.lazy_torch import torch
 
+from rewardloop.objectives.advantage_training import rank_share, summed_over_processes, weighted
 from rewardloop.objectives.clean_latents import CleanLatentData, conditional_velocity, load_clean_latents, seeded
 from rewardloop.objectives.options import option
 from rewardloop.objectives.registry import Objective, ObjectiveError, TrainingInputs, objective
@@ -57,12 +59,19 @@ def clipped_dsm(dsm, old_dsm, advantages, clip_range: float) -> tuple[torch.Tens
     return torch.where(should_clip, dsm.detach(), dsm), should_clip
 
 
-def group_preference_loss(dsm, ref_dsm, advantages, groups, beta_dpo: float) -> tuple[torch.Tensor, torch.Tensor]:
+def group_preference_loss(dsm, ref_dsm, advantages, groups, beta_dpo: float, sizes=None,
+                          all_reduce=None) -> tuple[torch.Tensor, torch.Tensor]:
     """(mean_B(sg(sigmoid(s_g)) A dsm), the samples' weights sigmoid(s_g)); s_g = sum over the group of
-    A beta_dpo (sg(dsm) - ref_dsm) / |g|; ``groups``: each sample's group, 0..G-1."""
-    sizes = torch.bincount(groups).to(dsm.dtype)
+    A beta_dpo (sg(dsm) - ref_dsm) / |g|; ``groups``: each sample's group, 0..G-1.
+
+    Over several processes each rank holds some rows of a group: ``sizes`` are the whole groups' sizes (of the
+    global batch) and ``all_reduce`` sums the ranks' partial s_g in place, as the reference's
+    ``compute_group_dgpo_loss_allreduce`` (s_g only enters detached, so nothing is back-propagated through it)."""
+    sizes = (torch.bincount(groups) if sizes is None else sizes).to(dsm.dtype)
     per_sample = advantages * beta_dpo * (dsm.detach() - ref_dsm.detach()) / sizes[groups]
     sums = torch.zeros(len(sizes), dtype=dsm.dtype, device=dsm.device).scatter_add(0, groups, per_sample)
+    if all_reduce is not None:
+        all_reduce(sums)
     weights = torch.sigmoid(sums)[groups].detach()
     return (weights * advantages * dsm).mean(), weights
 
@@ -118,6 +127,7 @@ class DGPO(Objective):
     keeps_tied_groups = True  # the reference trains every sample (its filter of all-zero advantages is disabled)
     extra_adapters = ("ema_ref",)
     extra_adapters_per_step = True  # the EMA reference moves after every optimizer step
+    multi_process = True
     # (no rollout_guidance check: the reference samples at CFG 4.5 and trains the unguided velocity)
     curves = ("train/loss", "train/policy_loss", "train/kl_loss", "train/dsm_loss")
 
@@ -132,9 +142,11 @@ class DGPO(Objective):
             raise ObjectiveError(f"train.dgpo.trunc_steps: {trunc} + 1 timesteps of a rollout of generate.steps {steps}; "
                                  f"at most {steps - 1}")
         group, batch = config["generate"]["images_per_prompt"], config["train"]["batch_size"]
-        if batch < group:
-            raise ObjectiveError(f"train.batch_size: {batch} holds no whole group of generate.images_per_prompt {group} "
-                                 "samples (DGPO's preference is over a prompt's whole group)")
+        processes = config["train"].get("num_processes") or 1
+        if batch * processes < group:
+            raise ObjectiveError(f"train.batch_size: {batch} x {processes} process(es) holds no whole group of "
+                                 f"generate.images_per_prompt {group} samples (DGPO's preference is over a prompt's "
+                                 "whole group)")
 
     @classmethod
     def smoke_overlay(cls, config) -> dict:
@@ -154,19 +166,20 @@ class DGPO(Objective):
                                  f"took {len(data.grid)} steps ({inputs.latents_path}: rollout/sigmas)")
         return GroupedLatentData(**vars(data), group=torch.as_tensor(group, dtype=torch.long))
 
-    def batches(self, data: GroupedLatentData, epoch: int) -> list[torch.Tensor]:
-        """An inner epoch's batches: a seeded order of the groups, packed whole into batches of at most
-        train.batch_size samples."""
+    def batches(self, data: GroupedLatentData, epoch: int, processes: int = 1) -> list[torch.Tensor]:
+        """An inner epoch's global batches: a seeded order of the groups, packed whole into batches of at most
+        train.batch_size x processes samples (each rank takes its share of every batch, rank_share)."""
         members = data.group_members()
         order = torch.randperm(len(members), generator=torch.Generator().manual_seed(
             seeded(self.seed, self.iteration + 1, 29, epoch)))
+        capacity = self.train.batch_size * processes
         batches, current = [], []
         for g in order.tolist():
-            if len(members[g]) > self.train.batch_size:
-                raise ObjectiveError(f"train.batch_size: {self.train.batch_size} holds no whole group of "
-                                     f"{len(members[g])} samples (generate.images_per_prompt): DGPO's preference is "
-                                     "over a prompt's whole group")
-            if sum(len(m) for m in current) + len(members[g]) > self.train.batch_size:
+            if len(members[g]) > capacity:
+                raise ObjectiveError(f"train.batch_size: {self.train.batch_size} x {processes} process(es) holds no "
+                                     f"whole group of {len(members[g])} samples (generate.images_per_prompt): DGPO's "
+                                     "preference is over a prompt's whole group")
+            if sum(len(m) for m in current) + len(members[g]) > capacity:
                 batches.append(torch.cat(current))
                 current = []
             current.append(members[g])
@@ -179,7 +192,7 @@ class DGPO(Objective):
         for epoch in range(self.options.inner_epochs):
             drawn = torch.randperm(self.options.trunc_steps + 1, generator=torch.Generator().manual_seed(
                 seeded(self.seed, self.iteration + 1, 23, epoch)))[: self.options.num_train_timesteps]
-            for index in self.batches(data, epoch):
+            for index in self.batches(data, epoch, processes):
                 batches.append(index)
                 timesteps.append(drawn.tolist())
         per_update = self.train.gradient_accumulation_steps
@@ -203,9 +216,12 @@ class DGPO(Objective):
         index, grid_index, noise_seed = micro
         device, options = policy.device, self.options
         groups = torch.unique(data.group[index], return_inverse=True)[1]
+        sizes = torch.bincount(groups).to(device)  # the whole groups of the global batch
+        noise = self.noise(data.latents[index], groups, noise_seed)  # drawn for the global batch: the same on every rank
+        part, share = rank_share(len(index), policy.process_index, policy.num_processes)
+        index, groups, noise = index[part], groups[part], noise[part]
         x0 = data.latents[index]
         t = data.grid[grid_index].expand(len(index))
-        noise = self.noise(x0, groups, noise_seed)
         tt = t.view(-1, *[1] * (x0.ndim - 1))
         x_t, target = ((1 - tt) * x0 + tt * noise).to(device), (noise - x0).to(device)
         t, groups, cond = t.to(device), groups.to(device), data.conditioning(index, device)
@@ -227,7 +243,8 @@ class DGPO(Objective):
             if options.clip_dsm:
                 dsm = clipped
         ref_dsm = per_sample_mse(v_old if options.use_ema_ref else v_ref, target)
-        policy_loss, weights = group_preference_loss(dsm, ref_dsm, advantages, groups, options.beta_dpo)
+        policy_loss, weights = group_preference_loss(dsm, ref_dsm, advantages, groups, options.beta_dpo, sizes,
+                                                     all_reduce=summed_over_processes(policy))
         kl = torch.zeros((), device=device)
         if options.kl_beta > 0:
             kl_per_sample = per_sample_mse(v, v_ref)
@@ -235,9 +252,10 @@ class DGPO(Objective):
                 kl_per_sample = torch.where(should_clip, kl_per_sample.detach(), kl_per_sample)
             kl = kl_per_sample.mean()
         loss = policy_loss + options.kl_beta * kl
-        return loss, {"train/loss": loss.item(), "train/policy_loss": policy_loss.item(), "train/kl_loss": kl.item(),
-                      "train/dsm_loss": dsm.detach().mean().item(), "train/clipfrac": should_clip.float().mean().item(),
-                      "train/group_weight": weights.mean().item()}
+        return weighted(loss, {"train/loss": loss.item(), "train/policy_loss": policy_loss.item(),
+                               "train/kl_loss": kl.item(), "train/dsm_loss": dsm.detach().mean().item(),
+                               "train/clipfrac": should_clip.float().mean().item(),
+                               "train/group_weight": weights.mean().item()}, share)
 
     def start(self, policy, data) -> None:
         if "ema_ref" not in policy.extra:  # iteration 0: the EMA reference starts as a copy of the trained adapter

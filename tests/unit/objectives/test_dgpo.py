@@ -131,7 +131,7 @@ def test_dgpo_lowers_the_flow_matching_error_of_high_advantage_images(tmp_path, 
     ({"train": {"dgpo": {"trunc_steps": 10}}},
      r"^train\.dgpo\.trunc_steps: 10 \+ 1 timesteps of a rollout of generate\.steps 10; at most 9$"),
     ({"train": {"batch_size": 12}, "generate": {"images_per_prompt": 16}},
-     r"^train\.batch_size: 12 holds no whole group of generate\.images_per_prompt 16 samples")])
+     r"^train\.batch_size: 12 x 1 process\(es\) holds no whole group of generate\.images_per_prompt 16 samples")])
 def test_what_dgpo_cannot_train_is_refused_at_startup(overrides, message):
     from rewardloop.config import ConfigError, deep_merge, load
     from workflow_helpers import ROOT
