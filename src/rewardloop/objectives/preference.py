@@ -66,15 +66,14 @@ class PairData:
         return cond
 
 
-def load_pairs(inputs: TrainingInputs) -> PairData:
-    """pairs.parquet's rows (prompt_id, chosen, rejected) with their latents and conditioning."""
+def load_pairs(inputs: TrainingInputs, conditioning: tuple[str, ...] = ("prompt_embeds",)) -> PairData:
+    """pairs.parquet's rows (prompt_id, chosen, rejected) with their latents and conditioning (the family's keys,
+    ``ModelFamily.conditioning``; SDXL's pooled embeddings are found by their key either way)."""
     pairs = inputs.rows(("prompt_id", "chosen", "rejected"), "no preference pairs (all groups tied?)")
     get = inputs.tensor
     has_pooled = any(k.startswith("pooled_embeds/") for k in inputs.tensors)
     empty = {k.split("/", 1)[1]: v for k, v in inputs.tensors.items() if k.startswith(f"{EMPTY_PROMPT}/")}
-    # every conditioning key cached per prompt (<key>/<prompt id>) beyond the embeddings, e.g. a mask
-    first = f"/{pairs.prompt_id.iloc[0]}"
-    extra = sorted({k[: -len(first)] for k in inputs.tensors if k.endswith(first)} - {"prompt_embeds", "pooled_embeds"})
+    extra = [key for key in conditioning if key not in ("prompt_embeds", "pooled_embeds")]  # e.g. Qwen-Image's mask
     return PairData(
         chosen=torch.stack([get(f"latents/{s}") for s in pairs.chosen]),
         rejected=torch.stack([get(f"latents/{s}") for s in pairs.rejected]),
@@ -161,7 +160,7 @@ class PairObjective(Objective):
 
     def load(self, inputs: TrainingInputs, model) -> PairData:
         self.use_model(model)
-        data = load_pairs(inputs)
+        data = load_pairs(inputs, self.family.conditioning)
         # No CFG pass in training; a guidance embedding (FLUX.1-dev) is an input of the one pass, and the pairs
         # were sampled at the rollouts' scale, so the model is trained there (diffusers' FLUX LoRA scripts train
         # at their guidance_scale too). 1 for a CFG family, as before.
@@ -190,7 +189,7 @@ class PairObjective(Objective):
 
     def add_offline(self, data: PairData, offline: TrainingInputs, fraction: float) -> PairData:
         """``data.offline_pairs`` (encoded by rule encode_offline_pairs) after the online pairs."""
-        return concat_pairs(data, load_pairs(offline), fraction)
+        return concat_pairs(data, load_pairs(offline, self.family.conditioning), fraction)
 
     def plan(self, data: PairData, processes: int) -> list[list[tuple[int, int]]]:
         accumulation = self.train.gradient_accumulation_steps
