@@ -453,10 +453,10 @@ def test_parallel_tracking_jobs_may_create_one_new_sqlite_store(tmp_path):
     assert [out.strip().splitlines()[-1] for out, _ in outputs] == ["1"] * 4  # the Default experiment
 
 
-def test_the_shipped_comparison_plans_seven_variants_times_three_seeds(monkeypatch):
-    """configs/tiny_sd3_compare.yaml (issue 16's protocol): every variant validates, shares the base,
-    and runs its own recipe's objective with that recipe's options; grpo_group16 is grpo with groups of
-    16 on the same rollout budget."""
+def test_the_shipped_comparison_plans_nine_variants_times_three_seeds(monkeypatch):
+    """configs/tiny_sd3_compare.yaml (issue 16's protocol, issue 45's objectives): every variant validates,
+    shares the base, and runs its own recipe's objective with that recipe's options; grpo_group16 is grpo
+    with groups of 16, mixgrpo its recipe's groups of 12, on the same rollout budget."""
     import yaml
 
     from rewardloop.smoke.overlay import recipe_config
@@ -465,20 +465,26 @@ def test_the_shipped_comparison_plans_seven_variants_times_three_seeds(monkeypat
     config = recipe_config(ROOT / "configs/tiny_sd3_compare.yaml")
     runs = plan(config)
     assert [(r.experiment, r.seed) for r in runs] == [
-        (name, seed) for name in ("grpo", "grpo_guard", "grpo_fast", "nft", "awm", "dpo", "grpo_group16")
-        for seed in (0, 1, 2)]
+        (name, seed) for name in ("grpo", "grpo_guard", "grpo_fast", "nft", "awm", "dpo", "grpo_group16", "dgpo",
+                                  "mixgrpo") for seed in (0, 1, 2)]
     assert {r.config["iterations"] for r in runs} == {5}
     budget = {r.experiment: (r.config["generate"]["prompts_per_iteration"], r.config["generate"]["images_per_prompt"])
               for r in runs}
-    assert budget == {**{name: (24, 8) for name in budget}, "grpo_group16": (12, 16)}
+    assert budget == {**{name: (24, 8) for name in budget}, "grpo_group16": (12, 16), "mixgrpo": (16, 12)}
     by_name = {r.experiment: r.config for r in runs}
     for name, recipe in (("nft", "tiny_sd3_nft"), ("awm", "tiny_sd3_awm"), ("dpo", "tiny_sd3_dpo"),
-                         ("grpo", "tiny_sd3_grpo")):
+                         ("grpo", "tiny_sd3_grpo"), ("dgpo", "tiny_sd3_dgpo"), ("mixgrpo", "tiny_sd3_mixgrpo")):
         own = yaml.safe_load((ROOT / f"configs/{recipe}.yaml").read_text())
         loss = own["train"]["loss"]
         assert by_name[name]["train"]["loss"] == loss
         assert {k: by_name[name]["train"][loss][k] for k in own["train"][loss]} == own["train"][loss], name
         assert by_name[name]["generate"]["guidance_scale"] == own["generate"]["guidance_scale"], name
+        assert by_name[name]["advantages"] == {**by_name[name]["advantages"], **own.get("advantages", {})}, name
+        for key in ("batch_size", "gradient_accumulation_steps", "max_grad_norm"):
+            assert by_name[name]["train"][key] == own["train"].get(key, by_name[name]["train"][key]), (name, key)
+    mix = yaml.safe_load((ROOT / "configs/tiny_sd3_mixgrpo.yaml").read_text())["generate"]
+    assert {k: by_name["mixgrpo"]["generate"]["sde"][k] for k in mix["sde"]} == mix["sde"]
+    assert by_name["mixgrpo"]["generate"]["images_per_prompt"] == mix["images_per_prompt"]
     fast = yaml.safe_load((ROOT / "configs/tiny_sd3_grpo_fast.yaml").read_text())["generate"]["sde"]
     assert {k: by_name["grpo_fast"]["generate"]["sde"][k] for k in fast} == fast
     assert by_name["grpo_guard"]["train"]["grpo"]["guard"] is True and by_name["grpo"]["train"]["grpo"]["guard"] is False
