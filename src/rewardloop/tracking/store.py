@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -108,9 +109,7 @@ def client(uri: str, first_contact: bool = False):
             db = None
     with _store_lock(db):  # the first opening of a new SQLite file creates its schema: one job at a time
         if db is not None and _has_no_tables(db):  # its schema and Default experiment as `mlflow server`
-            from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore  # makes them: no absolute ./mlruns
-
-            retry(SqlAlchemyStore, uri, f"{PROXIED_SCHEME}/")
+            _new_store(db)                          # makes them: no absolute ./mlruns
         mlflow_client = MlflowClient(tracking_uri=uri)
         if db is not None:
             retry(mlflow_client.search_experiments, max_results=1)
@@ -146,6 +145,39 @@ def _store_lock(db: Path | None):
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _new_store(db: Path) -> None:
+    """Give the empty SQLite file ``db`` MLflow's tables and Default experiment: a copy of an empty store this
+    MLflow version made once in the user's cache (creating the tables runs MLflow's ~50 schema migrations, seconds
+    at every new run folder; a copy takes milliseconds). Without a writable cache the store is made in place."""
+    from mlflow.version import VERSION
+
+    template = store_template_folder() / f"mlflow-{VERSION}.db"
+    if not template.exists():
+        try:
+            template.parent.mkdir(parents=True, exist_ok=True)
+            made = template.with_name(f".{template.name}.{os.getpid()}.tmp")
+            _create_store(made)
+            os.replace(made, template)  # whole or absent: never a half-made template
+        except OSError:
+            _create_store(db)
+            return
+    copy = db.with_name(f".{db.name}.{os.getpid()}.tmp")
+    shutil.copyfile(template, copy)
+    os.replace(copy, db)
+
+
+def _create_store(db: Path) -> None:
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    store = retry(SqlAlchemyStore, f"sqlite:///{db.resolve()}", f"{PROXIED_SCHEME}/")
+    store.engine.dispose()
+
+
+def store_template_folder() -> Path:
+    """$XDG_CACHE_HOME/rewardloop/mlflow_store (~/.cache/rewardloop/mlflow_store by default)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rewardloop" / "mlflow_store"
 
 
 def _has_no_tables(db: Path) -> bool:
