@@ -85,6 +85,16 @@ class FlowStep:
         return torch.stack([tensors[f"pooled_embeds/{p}"] for p in prompt_ids])
 
 
+class MixGRPOStep(FlowStep):
+    """The same recorded step trained by MixGRPO (configs/tiny_sd3_mixgrpo.yaml's objective and options: Flow-GRPO's
+    SDE step in its window, its clip range 1e-4, no KL)."""
+
+    def config(self, **mixgrpo):
+        return config("configs/tiny_sd3_mixgrpo.yaml", self.overrides(), loss="mixgrpo", batch_size=4,
+                      learning_rate=3e-3, gradient_accumulation_steps=1, mixgrpo={"inner_epochs": 3, **mixgrpo},
+                      **self.flow.train_options())
+
+
 class CPSStep(FlowStep):
     """The same step as CPS (generate.sde.type cps): std = sigma_next sin(a pi / 2), flow_grpo's log-prob."""
 

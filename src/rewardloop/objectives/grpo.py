@@ -175,6 +175,14 @@ class GRPO(Objective):
                                      "DDIM steps")
             if sde["noise_level"] > 1:
                 raise ObjectiveError("generate.sde.noise_level: with type cps it is a in sin(a pi / 2); must be <= 1")
+        after = sde.get("ode_after_window", "euler")
+        if after != "euler" and sde["strategy"] != "mixgrpo_window":
+            raise ObjectiveError(f"generate.sde.ode_after_window: {after} is MixGRPO-Flash's ODE after its sliding "
+                                 f"window, whose steps every sample shares; set generate.sde.strategy: mixgrpo_window "
+                                 f"(not {sde['strategy']}) or ode_after_window: euler")
+        if "compress_ratio" in sde and after != "dpmsolver++":
+            raise ObjectiveError("generate.sde.compress_ratio: it compresses the grid after the window for "
+                                 "ode_after_window dpmsolver++ (MixGRPO-Flash); with euler it would do nothing")
         try:
             selectable = select_sde_steps(sde, steps, [0], 0)[0]
             if cps and _may_record_last_step(sde, steps, selectable):

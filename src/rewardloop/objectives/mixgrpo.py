@@ -23,8 +23,12 @@ Departures, each said in docs/flow-rl.md:
 - advantages are GRPO's (the weighted sum of the rewards normalised per group, population std + 1e-4), where the
   reference normalises each reward model per group with the sample std + 1e-8 and sums them weighted; with one
   reward the two differ by the factor sqrt((n - 1) / n) on every advantage;
-- the model is handed the scheduler's timestep (the diffusers pipeline's), not the reference's int(1000 sigma) / 1000;
-- the Flash variants (DPM-Solver++(2M) on a compressed schedule after the window) are not built yet.
+- the model is handed the scheduler's timestep (the diffusers pipeline's), not the reference's int(1000 sigma) / 1000.
+**Flash** (``finetune_flux_grpo_MixGRPO_Flash.sh``, Flash* ``..._Flash*.sh``) is a configuration of the same code:
+``generate.sde.ode_after_window: dpmsolver++`` makes the steps after the window DPM-Solver++(2M, midpoint) steps on
+the grid's tail compressed by ``compress_ratio`` (0.4; Flash* 0.2, with ``window_stride: 0``), the steps before it
+Euler, as the reference's ``dpm_apply_strategy post`` (sampling/dpm_solver.py; the training is unchanged: only
+the window is recorded and trained), with ``iters_per_window`` 20.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ Every image has its own seed: the initial noise comes from a generator seeded wi
 per-step SDE noise from one seeded with ``seed + 1``, so a sample does not depend on its batch or
 shard. Steps listed in ``sde_steps[i]`` are SDE steps (Flow-GRPO's, or CPS with ``sde_type="cps"``)
 of noise level ``noise_level`` (see :mod:`rewardloop.sampling.sde`) and are recorded (latents, next latents, sigmas, std, log-prob, all fp32);
-the other steps are Euler (ODE) steps. The family's adapter predicts the velocity, guidance inside
+the other steps are Euler (ODE) steps, or after the SDE window DPM-Solver++ on a compressed grid
+(``dpm_tail_ratio``, MixGRPO-Flash: :mod:`rewardloop.sampling.dpm_solver`). The family's adapter predicts the velocity, guidance inside
 (classifier-free guidance runs the conditional and the unconditional pass in one batch; a guidance
 embedding needs no second pass).
 """
@@ -16,6 +17,7 @@ from typing import Mapping, Sequence
 import torch
 from tqdm.auto import tqdm
 
+from rewardloop.sampling.dpm_solver import compressed_grid, dpm_solver_pp_step
 from rewardloop.sampling.sde import get_dynamics
 from rewardloop.sampling.trajectory import StepRecorder
 
@@ -29,14 +31,17 @@ def rollout_sigmas(pipe, family, scheduler, settings) -> torch.Tensor:
 @torch.no_grad()
 def sample_flow(pipe, family, cond: Mapping[str, torch.Tensor], seeds: Sequence[int], settings, batch_size: int,
                 sde_steps: Sequence[Sequence[int]] | None = None, noise_level: float = 0.0,
-                progress: bool = True, desc: str = "generate", scheduler=None, sde_type: str = "flow_grpo"):
+                progress: bool = True, desc: str = "generate", scheduler=None, sde_type: str = "flow_grpo",
+                dpm_tail_ratio: float | None = None):
     """Denoise one image per (conditioning row, seed); ``cond``: the family's conditioning {key: [N, ...]}.
 
     Returns (final latents [N, C, h, w] fp32 on the CPU, per-sample records: a list of dicts of the
     keys latents, next_latents, means, timesteps, sigmas, sigmas_next, std, log_probs stacked over that
     sample's SDE steps (``means``: the transition's mean, which GRPO-Guard compares with the trained
     policy's), or None when ``sde_steps`` is None). ``scheduler``: the flow-match Euler
-    grid; default one built from the pipeline's scheduler config.
+    grid; default one built from the pipeline's scheduler config. ``dpm_tail_ratio``: MixGRPO-Flash's compress
+    ratio; the steps after a batch's SDE window (the same for all its samples) are then DPM-Solver++(2M) steps on
+    the compressed tail of the grid.
     """
     from rewardloop.sampling.schedulers import build_sampler
 
@@ -69,13 +74,24 @@ def sample_flow(pipe, family, cond: Mapping[str, torch.Tensor], seeds: Sequence[
         step_stds = torch.tensor([[stds[j] if j in steps else 0.0 for steps in batch_steps]
                                   for j in range(settings.steps)])
         device_stds = step_stds.to(device)
-        for j in range(settings.steps):
-            sigma, sigma_next = float(sigmas[j]), float(sigmas[j + 1])
+        grid, last = sigmas, None
+        if dpm_tail_ratio is not None and any(batch_steps):
+            grid, last = _flash_grid(pipe, family, scheduler, settings, sigmas, batch_steps, dpm_tail_ratio)
+        x0_prev = sigma_prev = None  # the step before's data prediction, for DPM-Solver++'s second order
+        for j in range(len(grid) - 1):
+            sigma, sigma_next = float(grid[j]), float(grid[j + 1])
+            velocity = family.predict(denoiser, latents, sigma * num_train, rows, guidance_scale=settings.guidance_scale,
+                                      uncond=uncond, pixel_size=settings.resolution)
+            if last is not None:
+                x0 = latents - sigma * velocity
+                if j > last:  # after the window: DPM-Solver++, second order but into sigma 0
+                    latents = dpm_solver_pp_step(latents, x0, sigma, sigma_next, x0_prev, sigma_prev)
+                    x0_prev, sigma_prev = x0, sigma
+                    continue
+                x0_prev, sigma_prev = x0, sigma
             is_sde = [j in steps for steps in batch_steps]
             std = device_stds[j]
             noise = noises[j] if noises is not None else None
-            velocity = family.predict(denoiser, latents, sigma * num_train, rows, guidance_scale=settings.guidance_scale,
-                                      uncond=uncond, pixel_size=settings.resolution)
             next_latents, mean = dynamics.step(velocity, latents, sigma, sigma_next, std, noise)
             if any(is_sde):
                 log_probs = dynamics.log_prob(next_latents, mean, sigma, sigma_next,
@@ -87,3 +103,16 @@ def sample_flow(pipe, family, cond: Mapping[str, torch.Tensor], seeds: Sequence[
         outputs.append(latents.float().cpu())
         records += recorder.stacked()
     return torch.cat(outputs), (records if sde_steps is not None else None)
+
+
+def _flash_grid(pipe, family, scheduler, settings, sigmas, batch_steps, ratio):
+    """(the batch's grid with the steps after its SDE window compressed, the window's last step)."""
+    from rewardloop.sampling.schedulers import shifted_sigmas
+
+    windows = {tuple(steps) for steps in batch_steps}
+    if len(windows) != 1:
+        raise ValueError(f"dpm_tail_ratio: the samples of a batch must share their SDE steps (MixGRPO's window), "
+                         f"got {sorted(windows)}")
+    last = max(next(iter(windows)))
+    tokens = family.image_tokens(pipe, settings.resolution)
+    return compressed_grid(sigmas, last, ratio, lambda unshifted: shifted_sigmas(scheduler, unshifted, tokens)), last

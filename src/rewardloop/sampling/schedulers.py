@@ -127,3 +127,9 @@ def flow_sigmas(scheduler, steps: int, image_seq_len: int, start=None):
     else:
         scheduler.set_timesteps(steps, device="cpu", **kwargs)
     return scheduler.sigmas.detach().float().cpu().clone()
+
+
+def shifted_sigmas(scheduler, unshifted, image_seq_len: int):
+    """``unshifted`` positions shifted as the scheduler shifts its grid (static shift, or dynamic by the image's
+    token count), then its final 0 (length len(unshifted) + 1, fp32 on the CPU); ``scheduler`` is left as it was."""
+    return flow_sigmas(type(scheduler).from_config(scheduler.config), len(unshifted), image_seq_len, start=unshifted)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Iterator, Mapping
+from typing import Iterator, Mapping, NamedTuple
 
 import pandas as pd
 import pyarrow as pa
@@ -13,6 +13,17 @@ from rewardloop.artifacts import IMAGE_TYPE, encode_png, write_json
 from rewardloop.models.families import EMPTY_PROMPT
 
 FLOW_SAMPLERS = {"flow_grpo": "flow_sde", "cps": "flow_cps"}  # samples.parquet's sampler, by generate.sde.type
+DPM_TAIL = "+dpmsolver++"  # ... and after it, where the steps after the SDE window are DPM-Solver++ (MixGRPO-Flash)
+
+
+class SDEPlan(NamedTuple):
+    """A recorded rollout's stochastic steps (``generate.sde``): the noise level, each sample's SDE step indices
+    in rollout order, the step type, and MixGRPO-Flash's compress ratio where DPM-Solver++ follows the window."""
+
+    noise_level: float
+    steps: list[list[int]]
+    type: str = "flow_grpo"
+    dpm_tail_ratio: float | None = None
 
 
 @contextlib.contextmanager
@@ -49,7 +60,7 @@ def rollout(pipe, family, prompts: pd.DataFrame, seeds: list[list[int]], setting
     for flow models the sigma grid, rollout/sigmas).
     ``rows_slice``: only those samples (a shard; every prompt is still encoded together, so the
     conditioning equals the unsharded run's), with the conditioning of their prompts only.
-    ``sde``: GRPO rollouts, ``(noise level, SDE step indices of each sample, step type)`` for all samples
+    ``sde``: GRPO rollouts, an :class:`SDEPlan` (noise level, SDE step indices of each sample, ...) for all samples
     in row order (prompt by prompt, then seed by seed; a shard takes its ``rows_slice``); those steps
     are stochastic (flow SDE or CPS for a flow-matching family, DDIM with eta = noise level for a UNet) and recorded.
     """
@@ -64,8 +75,8 @@ def rollout(pipe, family, prompts: pd.DataFrame, seeds: list[list[int]], setting
             rows.append({"sample_id": f"{id_prefix}-{prompt_id}-{group:02d}", "prompt_id": prompt_id,
                          "prompt": prompt, "group": group, "seed": seed})
             row_index.append(i)
-    sde_steps = list(sde[1]) if sde else None
-    sde_type = sde[2] if sde else "flow_grpo"
+    sde_steps = list(sde.steps) if sde else None
+    sde_type = sde.type if sde else "flow_grpo"
     if rows_slice is not None:
         rows, row_index = rows[rows_slice], row_index[rows_slice]
         sde_steps = sde_steps[rows_slice] if sde else None
@@ -74,15 +85,17 @@ def rollout(pipe, family, prompts: pd.DataFrame, seeds: list[list[int]], setting
     scheduler = build_sampler(pipe.scheduler.config, sampler_name(settings.scheduler, family.flow_matching),
                               recorded=sde is not None)
     latents, records = _sample(pipe, family, row_cond, [r["seed"] for r in rows], settings, batch_size,
-                               sde[0] if sde else 0.0, sde_steps, progress, desc, scheduler, sde_type)
+                               sde.noise_level if sde else 0.0, sde_steps, progress, desc, scheduler, sde_type,
+                               sde.dpm_tail_ratio if sde else None)
     images = family.decode_images(pipe, latents, batch_size)
     for row, image in zip(rows, images):
         row["image"] = encode_png(image, row["sample_id"] + ".png")
         row.update(settings.as_dict())
         if family.flow_matching:  # Euler steps, SDE ones where recorded; DDIM's eta does not apply
-            row.update(sampler=FLOW_SAMPLERS[sde_type] if sde else "flow_euler", eta=float(sde[0]) if sde else 0.0)
+            sampler = FLOW_SAMPLERS[sde_type] + (DPM_TAIL if sde.dpm_tail_ratio else "") if sde else "flow_euler"
+            row.update(sampler=sampler, eta=float(sde.noise_level) if sde else 0.0)
         elif sde:  # DDIM, eta = the noise level on the recorded steps
-            row.update(sampler="ddim_recorded", eta=float(sde[0]))
+            row.update(sampler="ddim_recorded", eta=float(sde.noise_level))
     used = {row["prompt_id"] for row in rows}
     tensors = {f"{k}/{pid}": v[i] for k, v in cond.items() for i, pid in enumerate(prompts.prompt_id) if pid in used}
     # train.proportion_empty_prompts swaps in the empty prompt's conditioning: cache it too.
@@ -103,14 +116,14 @@ def rollout(pipe, family, prompts: pd.DataFrame, seeds: list[list[int]], setting
 
 
 def _sample(pipe, family, cond, seeds, settings, batch_size, noise_level, sde_steps, progress, desc, scheduler,
-            sde_type="flow_grpo"):
+            sde_type="flow_grpo", dpm_tail_ratio=None):
     """(final latents, records of the SDE steps or None) by the family's sampler."""
     if family.flow_matching:
         from rewardloop.sampling.flow import sample_flow
 
         return sample_flow(pipe, family, cond, seeds, settings, batch_size,
                            sde_steps=sde_steps, noise_level=noise_level, progress=progress, desc=desc,
-                           scheduler=scheduler, sde_type=sde_type)
+                           scheduler=scheduler, sde_type=sde_type, dpm_tail_ratio=dpm_tail_ratio)
     if sde_steps is not None:  # GRPO on SD1.5: DDIM with eta > 0 on the recorded steps (DDPO)
         from rewardloop.sampling.ddim_logprob import sample_ddim_recorded
 

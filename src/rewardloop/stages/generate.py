@@ -11,7 +11,7 @@ from rewardloop import prompts
 from rewardloop.artifacts import provenance, write_table, write_tensors
 from rewardloop.sampling.ddim import SamplerSettings, sample_seed
 from rewardloop.runtime.sharding import shard_rows
-from rewardloop.stages.common import rollout, timed, to_arrow, torch_setup, write_metrics
+from rewardloop.stages.common import SDEPlan, rollout, timed, to_arrow, torch_setup, write_metrics
 
 
 def sampler_settings(generate_cfg, steps=None, eta=None, guidance_scale=None) -> SamplerSettings:
@@ -26,14 +26,17 @@ def sampler_settings(generate_cfg, steps=None, eta=None, guidance_scale=None) ->
 
 
 def sde_selection(gen_cfg, seeds: list[list[int]], base_seed: int, iteration: int):
-    """(noise level, SDE steps of each sample in rollout order, step type) from ``generate.sde`` and its step
-    strategy."""
+    """The rollout's :class:`SDEPlan` from ``generate.sde`` and its step strategy: the noise level, the SDE steps of
+    each sample in rollout order, the step type, and MixGRPO-Flash's compress ratio where ``ode_after_window`` is
+    DPM-Solver++."""
     from rewardloop.sampling.step_strategies import select_sde_steps
 
     sample_seeds = [s for row in seeds for s in row]
     iteration_seed = int(np.random.SeedSequence([base_seed, iteration + 1]).generate_state(1)[0])
     steps = select_sde_steps(gen_cfg["sde"], gen_cfg["steps"], sample_seeds, iteration_seed, iteration)
-    return gen_cfg["sde"]["noise_level"], steps, gen_cfg["sde"]["type"]
+    sde = gen_cfg["sde"]
+    flash = sde.get("ode_after_window", "euler") == "dpmsolver++"
+    return SDEPlan(sde["noise_level"], steps, sde["type"], sde.get("compress_ratio", 0.4) if flash else None)
 
 
 def run(cfg, iteration: int, lora_dir, samples_path, latents_path, metrics_path, threads=1, progress=True,

@@ -325,14 +325,14 @@ def flux_rollout(pipe, sde_cfg: dict | None, steps: int = 4, guidance: float = 3
     SDE steps of ``sde_cfg``'s strategy recorded; advantages +-1 per group."""
     from rewardloop.sampling.ddim import SamplerSettings
     from rewardloop.sampling.step_strategies import select_sde_steps
-    from rewardloop.stages.common import rollout
+    from rewardloop.stages.common import SDEPlan, rollout
 
     prompts = pd.DataFrame({"prompt_id": ["p0", "p1"], "prompt": ["a red circle", "a green square on blue"]})
     seeds = [[3, 4], [11, 12]]
     settings = SamplerSettings(steps=steps, guidance_scale=guidance, eta=0.0, resolution=32)
     sde = None
     if sde_cfg is not None:
-        sde = (0.7, select_sde_steps(sde_cfg, steps, [s for row in seeds for s in row], 0), "flow_grpo")
+        sde = SDEPlan(0.7, select_sde_steps(sde_cfg, steps, [s for row in seeds for s in row], 0), "flow_grpo")
     rows, latents, tensors = rollout(pipe, FLUX, prompts, seeds, settings, batch_size=4, id_prefix="i000",
                                      progress=False, sde=sde)
     tensors.update({f"latents/{sid}": lat for sid, lat in zip(rows.sample_id, latents)})

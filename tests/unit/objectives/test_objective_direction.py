@@ -14,8 +14,8 @@ import pytest
 
 from objective_checks import (SD3, config, denoising_errors, pair_inputs, prompt_embeds, sd15_model_info,
                               style_latents, tiny_unet, train)
-from objective_inputs import (BAD, GOOD, SD15_LATENT, CPSStep, DDIMStep, FlowStep, held_out_flow_matching_shift,
-                              held_out_lean, nft_inputs, rollout_inputs)
+from objective_inputs import (BAD, GOOD, SD15_LATENT, CPSStep, DDIMStep, FlowStep, MixGRPOStep,
+                              held_out_flow_matching_shift, held_out_lean, nft_inputs, rollout_inputs)
 
 
 # --- DPO and SFT: held-out chosen images become easier to denoise than rejected ones ----------
@@ -50,10 +50,11 @@ def test_pair_objectives_move_towards_the_chosen_images(tmp_path, loss, options,
     assert moved * direction < 0, moved
 
 
-# --- Flow-GRPO (SD3 flow SDE, SD1.5 DDIM with eta): held-out high-advantage transitions gain likelihood
+# --- Flow-GRPO (SD3 flow SDE, SD1.5 DDIM with eta) and MixGRPO: held-out high-advantage transitions gain likelihood
 
 @pytest.mark.parametrize("direction", [1, -1])
-@pytest.mark.parametrize("step", [FlowStep(), CPSStep(), DDIMStep()], ids=["sd3-flow-sde", "sd3-cps", "sd15-ddim"])
+@pytest.mark.parametrize("step", [FlowStep(), CPSStep(), DDIMStep(), MixGRPOStep()],
+                         ids=["sd3-flow-sde", "sd3-cps", "sd15-ddim", "sd3-mixgrpo"])
 def test_grpo_raises_the_likelihood_of_high_advantage_transitions(tmp_path, step, direction):
     base = step.denoiser()
     leans = [1, -1] * 8

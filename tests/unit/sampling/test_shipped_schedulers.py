@@ -19,7 +19,7 @@ from rewardloop.models import loading as models
 from rewardloop.models.families import get_family
 from rewardloop.sampling.ddim import SamplerSettings
 from rewardloop.sampling.schedulers import SamplerError, build_sampler, check_sampler, inference_timesteps
-from rewardloop.stages.common import rollout
+from rewardloop.stages.common import SDEPlan, rollout
 
 # stable-diffusion-v1-5's scheduler/scheduler_config.json (diffusers' docs, "Load schedulers").
 SD15_PNDM = {"_class_name": "PNDMScheduler", "_diffusers_version": "0.6.0", "beta_end": 0.012,
@@ -72,7 +72,7 @@ def test_sd15_shipped_with_pndm_rolls_out_as_with_ddim(tiny_model, tmp_path, eta
 def test_sd15_recorded_rollouts_equal_whatever_is_shipped(tiny_model, tmp_path):
     """GRPO on SD1.5 (DDPO): 10 distinct recorded timesteps, equal records, finite log-probs."""
     settings = SamplerSettings(steps=10, guidance_scale=5.0, eta=0.0, resolution=32)
-    sde = (1.0, [[0, 9], [4, 9], [8, 9], [9]], "flow_grpo")
+    sde = SDEPlan(1.0, [[0, 9], [4, 9], [8, 9], [9]], "flow_grpo")
     _, ddim, ddim_tensors = rollouts(tiny_model, "sd15", settings, sde)
     _, pndm, pndm_tensors = rollouts(shipped_with(tiny_model, tmp_path, SD15_PNDM), "sd15", settings, sde)
     assert torch.equal(ddim, pndm)
@@ -89,7 +89,7 @@ def test_final_alpha_one_still_gives_the_last_recorded_step_a_std(tiny_model, tm
     del config["skip_prk_steps"]
     settings = SamplerSettings(steps=4, guidance_scale=1.0, eta=0.0, resolution=32)
     _, _, tensors = rollouts(shipped_with(tiny_model, tmp_path, config), "sd15", settings,
-                             (1.0, [[3], [3], [3], [3]], "flow_grpo"))
+                             SDEPlan(1.0, [[3], [3], [3], [3]], "flow_grpo"))
     std = tensors["trajectory/t-p0-00/std"]
     log_probs = torch.stack([tensors[f"trajectory/t-p{p}-0{g}/log_probs"] for p in (0, 1) for g in (0, 1)])
     assert float(std[0]) > 0.01 and torch.isfinite(log_probs).all()
@@ -166,7 +166,7 @@ def test_a_published_layout_replica_rolls_out_as_with_ddim_shipped(tmp_path, fam
     ddim = {k: v for k, v in shipped.items() if k not in ("skip_prk_steps", "interpolation_type", "use_karras_sigmas")}
     ddim_copy = shipped_with(replica, tmp_path, {**ddim, "_class_name": "DDIMScheduler"})
     settings = SamplerSettings(steps=10, guidance_scale=5.0, eta=1.0, resolution=64)
-    sde = (1.0, [[0, 9], [4], [8, 9], [9]], "flow_grpo") if family == "sd15" else None
+    sde = SDEPlan(1.0, [[0, 9], [4], [8, 9], [9]], "flow_grpo") if family == "sd15" else None
     _, published, published_tensors = rollouts(replica, family, settings, sde)
     _, ours, ours_tensors = rollouts(ddim_copy, family, settings, sde)
     assert torch.equal(published, ours)

@@ -15,7 +15,7 @@ from rewardloop.config import load
 from rewardloop.models import loading as models
 from rewardloop.models.families import get_family
 from rewardloop.sampling.ddim import SamplerSettings
-from rewardloop.stages.common import rollout
+from rewardloop.stages.common import SDEPlan, rollout
 from rewardloop.stages.train import load_models
 
 from workflow_helpers import ROOT
@@ -53,7 +53,7 @@ def test_bf16_rollouts_keep_latents_records_and_embeddings_in_fp32(tiny_sd3_mode
     """generate.precision bf16 (SD3.5's recipes): the transformer and text encoders run in bf16; what is
     cached for training (conditioning, recorded steps, log-probs) stays fp32."""
     settings = SamplerSettings(steps=4, guidance_scale=4.5, eta=0.0, resolution=32)
-    sde = (0.7, [[0, 1], [1, 2], [2, 3], [0, 3]], "flow_grpo")
+    sde = SDEPlan(0.7, [[0, 1], [1, 2], [2, 3], [0, 3]], "flow_grpo")
     results = {}
     for dtype in (torch.float32, torch.bfloat16):
         pipe = models.load_pipeline({"family": "sd3", "path": str(tiny_sd3_model)}, dtype=dtype)
