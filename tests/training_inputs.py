@@ -41,13 +41,14 @@ def synthetic_pairs(n=6, seed=0, dim=64) -> PairData:
     )
 
 
-def grpo_config(model, **train) -> dict:
-    """configs/tiny_sd3_grpo.yaml on ``model`` (a tiny model folder), 3 prompts x 4 images of 4 steps, 2 SDE steps."""
+def grpo_config(model, sde: dict | None = None, **train) -> dict:
+    """configs/tiny_sd3_grpo.yaml on ``model`` (a tiny model folder), 3 prompts x 4 images of 4 steps, 2 SDE steps
+    (``sde``: other generate.sde keys)."""
     overrides = {
         "model": {"path": str(model), "build_tiny": False},
         "prompts": {"train": str(ROOT / "resources/prompts/train.txt"), "eval": str(ROOT / "resources/prompts/eval.txt")},
         "generate": {"prompts_per_iteration": 3, "images_per_prompt": 4, "steps": 4, "batch_size": 16,
-                     "sde": {"num_sde_steps": 2, "window_range": [0, 4]}},
+                     "sde": {"num_sde_steps": 2, "window_range": [0, 4], **(sde or {})}},
         "advantages": {"globalize_reward_std": False},
         "train": {"batch_size": 6, "gradient_accumulation_steps": 1, "checkpointing_steps": 100,
                   "learning_rate": 1e-3, **train},

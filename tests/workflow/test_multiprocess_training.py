@@ -12,6 +12,7 @@ import threading
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -210,6 +211,9 @@ ADVANTAGE_OBJECTIVES = {
     "awm": {"awm": {"num_train_timesteps": 2, "kl_beta": 0.01}},
     # DGPO: a batch of whole groups split over the ranks, its group sums all-reduced (the reference's)
     "dgpo": {"dgpo": {"trunc_steps": 3, "num_train_timesteps": 2, "kl_beta": 0.01}},
+    # MixGRPO-Flash: the sliding window's SDE steps (every sample's the same), DPM-Solver++ after them
+    "mixgrpo": {"mixgrpo": {"clip_range": 0.2}, "sde": {"strategy": "mixgrpo_window", "window_range": None,
+                                                       "ode_after_window": "dpmsolver++", "compress_ratio": 1.0}},
 }
 
 
@@ -257,6 +261,8 @@ def test_each_advantage_objective_trains_in_two_processes_as_in_one_with_the_dou
     first = single_metrics["history"][0], double_metrics["history"][0]
     for key in ("train/loss", "train/kl_loss"):
         assert first[1][key] == pytest.approx(first[0][key], rel=1e-4, abs=1e-7), (loss, key)
+    if loss == "mixgrpo":  # the rollouts were Flash's: SDE in the window, DPM-Solver++ after it
+        assert set(pd.read_parquet(folder / "samples.parquet", columns=["sampler"]).sampler) == {"flow_sde+dpmsolver++"}
     if loss == "grpo":
         assert first[1]["train/log_prob_mean_abs_diff"] == pytest.approx(
             first[0]["train/log_prob_mean_abs_diff"], rel=1e-3, abs=1e-7)
