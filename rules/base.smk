@@ -73,7 +73,7 @@ else:
             RUN.benchmark(layout.BASE, "eval")
         threads: config["resources"]["threads"]
         resources:
-            **job_resources(),
+            **job_resources(config),
         script:
             "../scripts/evaluate.py"
 
@@ -97,7 +97,7 @@ else:
                 RUN.benchmark(layout.BASE, "{guidance_eval}")
             threads: config["resources"]["threads"]
             resources:
-                **job_resources(),
+                **job_resources(config),
             script:
                 "../scripts/evaluate.py"
 

@@ -1,15 +1,19 @@
-# Input functions and helpers shared by the rules. Iteration 0 is the only special case: it
-# samples from and trains on the base model (plus model.init_lora when given).
+# The workflow's wiring shared by the rules: the run's paths, the DAG's shape from the objective, and the
+# input functions of the jobs' wildcards. Iteration 0 is the only special case: it samples from and trains
+# on the base model (plus model.init_lora when given). What is plain Python of the config (what a job reads,
+# its resources, how a stage shards) lives in the package, tested there: src/rewardloop/runtime/.
 
 import inspect
 from pathlib import Path
 from types import SimpleNamespace
 
 from rewardloop import results_layout as layout
-from rewardloop.runtime.job_config import eval_config, stage_config
+from rewardloop.runtime.job_config import eval_config, export_config, rescore_config, stage_config
 from rewardloop.experiments import RUN_KEY as FANOUT_RUN_KEY
 from rewardloop.objectives import get_objective
 from rewardloop.runtime import resources as job_gpus
+from rewardloop.runtime.resources import LIGHT_JOB, TABLE_JOB, gather_resources, job_resources
+from rewardloop.runtime.sharding import StageSharding
 from rewardloop.models.loading import LORA_WEIGHTS, checkpoint_file, trained_file
 
 
@@ -188,14 +192,6 @@ def extra_adapter_files(folder):
     return {name: f"{folder}/{name}/{LORA_WEIGHTS}" for name in EXTRA_ADAPTERS}
 
 
-def export_config():
-    """export's config: model, export, and only which adapter was trained (and the weight sets beside it)."""
-    train = {"adapter": config["train"]["adapter"]}
-    if EXTRA_ADAPTERS:
-        train["extra_adapters"] = list(EXTRA_ADAPTERS)
-    return {**stage_config(config, "model", "export"), "train": train}
-
-
 # The encoded offline pairs (data.offline_pairs), when configured: train's input, and its params.
 OFFLINE_PAIRS_FILE = f"{OFFLINE_DIR}/{layout.signal_table('pairs')}" if config["data"]["offline_pairs"] else None
 OFFLINE_LATENTS_FILE = f"{OFFLINE_DIR}/{layout.LATENTS}" if config["data"]["offline_pairs"] else None
@@ -210,22 +206,6 @@ OFFLINE_PAIRS_INPUT = [OFFLINE_PAIRS_FILE, OFFLINE_LATENTS_FILE] if config["data
 GROUPED = config["resources"]["group"] == "iteration"
 ITERATION_GROUP = "iteration_{it}" if GROUPED else None
 LOCAL_UNLESS_GROUPED = not GROUPED
-
-
-# The jobs that load no model, in two sizes (a SLURM profile's set-resources overrides either per rule):
-# LIGHT_JOB copies or writes a small file (a marker, the guard's verdict, the run's config);
-# TABLE_JOB reads an iteration's or a run's tables (pairs, advantages, MLflow's points, the plots).
-LIGHT_JOB = {"mem_mb": 1000, "runtime": 5}
-TABLE_JOB = {"mem_mb": 2000, "runtime": 10}
-
-
-def job_resources(extra_mem_mb=0, gpu=None):
-    """mem_mb, runtime and gpu of a job; gpu defaults to a model job's (see src/rewardloop/runtime/resources.py)."""
-    return {
-        "mem_mb": config["resources"]["mem_mb"] + extra_mem_mb,
-        "runtime": config["resources"]["runtime"],
-        "gpu": job_gpus.model_gpus(config) if gpu is None else gpu,
-    }
 
 
 # Rule preflight (rules/preflight.smk) checks iteration 0's rollouts against training before it trains;
@@ -317,47 +297,10 @@ def shard_index(wildcards):
     return int(wildcards.shard)
 
 
-class Sharding:
-    """A stage whose work may be split into shards (generate.shards; score.shards, for scoring and rescoring).
-
-    Its work is one rule, written once with the names and paths given here. Whole, it is named after the
-    stage and writes the stage's files. Sharded, it is ``<stage>_shard``, one job per shard writing into the
-    shard's folder (shards/<stage>_<kk>/), and a gather rule named after the stage joins the shards into the
-    same files a whole stage writes.
-    """
-
-    def __init__(self, stage, shards):
-        self.stage, self.shards, self.sharded = stage, shards, shards > 1
-        self.work_rule = f"{stage}_shard" if self.sharded else stage
-
-    def output(self, folder, name, whole=None):
-        """The work's file ``name``, in the {shard} pattern's folder when sharded, else ``whole``
-        (by default ``folder/name``)."""
-        if self.sharded:
-            return f"{folder}/{layout.shard_name(self.stage, '{shard}')}/{name}"
-        return whole or f"{folder}/{name}"
-
-    def params(self):
-        """The work's shard params, which shard of how many (none when whole, the scripts' default)."""
-        return {"shard": shard_index, "shards": self.shards} if self.sharded else {}
-
-    def job(self, name):
-        """A work job's name for its log and benchmark: ``name``, or ``name_{shard}`` when sharded."""
-        return f"{name}_{{shard}}" if self.sharded else name
-
-    def gathered(self, folder, name):
-        """``name`` of every shard, in order (what the gather job reads)."""
-        return [f"{folder}/{layout.shard_name(self.stage, k)}/{name}" for k in range(self.shards)]
-
-
-GENERATE_SHARDING = Sharding("generate", config["generate"]["shards"])
-SCORE_SHARDING = Sharding("score", config["score"]["shards"])
-RESCORE_SHARDING = Sharding("rescore", config["score"]["shards"])
-
-
-def gather_resources():
-    """A gather rule's: it joins tables, no model."""
-    return {"mem_mb": config["resources"]["mem_mb"], "runtime": 10}
+# generate.shards and score.shards: each stage's work rule, whole or in shards (src/rewardloop/runtime/sharding.py)
+GENERATE_SHARDING = StageSharding("generate", config["generate"]["shards"], shard_index)
+SCORE_SHARDING = StageSharding("score", config["score"]["shards"], shard_index)
+RESCORE_SHARDING = StageSharding("rescore", config["score"]["shards"], shard_index)
 
 
 # ------------------------------------------------------------------ the monitors (rules/monitors.smk)
@@ -383,13 +326,9 @@ def folder_images(wildcards):
 
 
 @job_function
-def rescore_config(wildcards):
-    """One gold reward (and its checkpoint's fingerprint) and the scoring batch size."""
-    one = {"gold_rewards": {wildcards.gold: GOLD_REWARDS[wildcards.gold]}, "score": config["score"]}
-    cfg = stage_config(one, "gold_rewards", "score")
-    cfg["gold"] = cfg.pop("gold_rewards")
-    cfg["score"] = {"batch_size": config["score"]["batch_size"]}
-    return cfg
+def gold_rescore_config(wildcards):
+    """What the rescore job of one gold reward reads (src/rewardloop/runtime/job_config.py)."""
+    return rescore_config(config, wildcards.gold)
 
 
 @job_function

@@ -40,7 +40,7 @@ rule eval:
         RUN.benchmark(ITER_NAME, "eval")
     threads: config["resources"]["threads"]
     resources:
-        **job_resources(),
+        **job_resources(config),
     script:
         "../scripts/evaluate.py"
 
@@ -69,6 +69,6 @@ if GUIDANCE_EVAL_CFG:
             RUN.benchmark(ITER_NAME, "{guidance_eval}")
         threads: config["resources"]["threads"]
         resources:
-            **job_resources(),
+            **job_resources(config),
         script:
             "../scripts/evaluate.py"

@@ -13,7 +13,7 @@ rule export:
         metrics=metrics_file("export"),
         **extra_adapter_files(f"{ITER}/{layout.CHECKPOINT_DIR}"),
     params:
-        cfg=export_config(),
+        cfg=export_config(config, EXTRA_ADAPTERS),
         trained_dir=train_dir,
         checkpoint_dir=checkpoint_dir_of,
         previous_dir=previous_lora_dir,
@@ -23,6 +23,6 @@ rule export:
         RUN.benchmark(ITER_NAME, "export")
     threads: 1
     resources:
-        **job_resources(gpu=0),
+        **job_resources(config, gpu=0),
     script:
         "../scripts/export.py"

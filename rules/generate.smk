@@ -1,6 +1,6 @@
 # Rollouts: images_per_prompt samples for the iteration's prompts from model(it-1).
 # With generate.shards > 1, generate_shard jobs each sample a run of whole batches and rule generate
-# gathers them into the same files (equal byte for byte to an unsharded run's); see Sharding in common.smk.
+# gathers them into the same files (equal byte for byte to an unsharded run's); see StageSharding in src/rewardloop/runtime/sharding.py.
 
 
 rule:
@@ -26,7 +26,7 @@ rule:
     priority: LOOP_PRIORITY
     threads: config["resources"]["threads"]
     resources:
-        **job_resources(),
+        **job_resources(config),
     script:
         "../scripts/generate.py"
 
@@ -50,6 +50,6 @@ if GENERATE_SHARDING.sharded:
             RUN.benchmark(ITER_NAME, "generate")
         threads: 1
         resources:
-            **gather_resources(),
+            **gather_resources(config),
         script:
             "../scripts/gather_samples.py"

@@ -35,6 +35,6 @@ if not SHARED_RESULTS and config["model"]["build_tiny"]:
                 RUN.benchmark(None, "build_tiny_model")
             threads: config["tiny"]["threads"]
             resources:
-                **job_resources(gpu=0),
+                **job_resources(config, gpu=0),
             script:
                 "../scripts/build_tiny_model.py"

@@ -14,7 +14,7 @@ GOLD_TABLE, GOLD_METRICS = (f"{FOLDER}/{layout.rescore_name('{gold}', suffix)}" 
 
 
 # With score.shards > 1, rescore_shard jobs each score a run of whole batches of the folder's images
-# (rollouts, then eval images) and rule rescore gathers them, as for scoring (Sharding in common.smk).
+# (rollouts, then eval images) and rule rescore gathers them, as for scoring (StageSharding, src/rewardloop/runtime/sharding.py).
 
 rule:
     name: RESCORE_SHARDING.work_rule
@@ -24,7 +24,7 @@ rule:
         table=RESCORE_SHARDING.output(FOLDER, "{gold}.parquet", whole=GOLD_TABLE),
         metrics=RESCORE_SHARDING.output(FOLDER, "{gold}.json", whole=GOLD_METRICS),
     params:
-        cfg=rescore_config,
+        cfg=gold_rescore_config,
         iteration=folder_iteration,
         **RESCORE_SHARDING.params(),
     log:
@@ -33,7 +33,7 @@ rule:
         RUN.benchmark("{folder}", RESCORE_SHARDING.job("rescore_{gold}"))
     threads: config["resources"]["threads"]
     resources:
-        **job_resources(gpu=job_gpus.score_gpus(config)),
+        **job_resources(config, gpu=job_gpus.score_gpus(config)),
     script:
         "../scripts/rescore.py"
 
@@ -49,14 +49,14 @@ if RESCORE_SHARDING.sharded:
             table=GOLD_TABLE,
             metrics=GOLD_METRICS,
         params:
-            cfg=rescore_config,
+            cfg=gold_rescore_config,
         log:
             RUN.log("{folder}", "rescore_{gold}"),
         benchmark:
             RUN.benchmark("{folder}", "rescore_{gold}")
         threads: 1
         resources:
-            **gather_resources(),
+            **gather_resources(config),
         script:
             "../scripts/gather_rescore.py"
 

@@ -22,6 +22,6 @@ if config["data"]["offline_pairs"]:
             RUN.benchmark(None, "encode_offline_pairs")
         threads: config["resources"]["threads"]
         resources:
-            **job_resources(),
+            **job_resources(config),
         script:
             "../scripts/encode_offline_pairs.py"

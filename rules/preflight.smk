@@ -28,7 +28,7 @@ if PREFLIGHT_ENABLED:
             RUN.benchmark(layout.iteration_name(0), "preflight")
         threads: config["resources"]["threads"]
         resources:
-            **job_resources(),
+            **job_resources(config),
         script:
             "../scripts/preflight.py"
 

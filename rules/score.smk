@@ -1,6 +1,6 @@
 # Rewards of every rollout sample (combined and per component).
 # With score.shards > 1, score_shard jobs each score a run of whole batches and rule score gathers them
-# (see Sharding in common.smk).
+# (see StageSharding in src/rewardloop/runtime/sharding.py).
 
 
 rule:
@@ -20,7 +20,7 @@ rule:
         RUN.benchmark(ITER_NAME, SCORE_SHARDING.job("score"))
     threads: config["resources"]["threads"]
     resources:
-        **job_resources(gpu=job_gpus.score_gpus(config)),
+        **job_resources(config, gpu=job_gpus.score_gpus(config)),
     script:
         "../scripts/score.py"
 
@@ -42,6 +42,6 @@ if SCORE_SHARDING.sharded:
             RUN.benchmark(ITER_NAME, "score")
         threads: 1
         resources:
-            **gather_resources(),
+            **gather_resources(config),
         script:
             "../scripts/gather_scores.py"

@@ -32,6 +32,6 @@ rule train:
     priority: LOOP_PRIORITY
     threads: config["resources"]["train_threads"] or config["resources"]["threads"]
     resources:
-        **job_resources(gpu=job_gpus.train_gpus(config)),
+        **job_resources(config, gpu=job_gpus.train_gpus(config)),
     script:
         "../scripts/train.py"

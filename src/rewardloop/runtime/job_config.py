@@ -133,3 +133,22 @@ def guidance_evals(config: Mapping) -> dict[str, float]:
     """{name: CFG scale} of the further evals of ``eval.also_at_guidance``: ``eval_cfg1`` for 1.0, ``eval_cfg4.5``
     for 4.5 (results_layout.GuidanceEval's names: its files' stem and its metrics' prefix)."""
     return {e.name: e.scale for e in results_layout.guidance_evals(config["eval"].get("also_at_guidance"))}
+
+
+def export_config(config: Mapping, extra_adapters=()) -> dict[str, Any]:
+    """What an export job reads: model, export, and of train only which adapter was trained (and the weight
+    sets the objective keeps beside it, ``extra_adapters``)."""
+    train: dict[str, Any] = {"adapter": config["train"]["adapter"]}
+    if extra_adapters:
+        train["extra_adapters"] = list(extra_adapters)
+    return {**stage_config(config, "model", "export"), "train": train}
+
+
+def rescore_config(config: Mapping, gold: str) -> dict[str, Any]:
+    """What a rescore job reads: the gold reward ``gold`` (and its checkpoint's fingerprint) and the scoring
+    batch size."""
+    one = {"gold_rewards": {gold: config["gold_rewards"][gold]}, "score": config["score"]}
+    cfg = stage_config(one, "gold_rewards", "score")
+    cfg["gold"] = cfg.pop("gold_rewards")
+    cfg["score"] = {"batch_size": config["score"]["batch_size"]}
+    return cfg

@@ -12,6 +12,12 @@ from typing import Mapping
 
 from rewardloop.rewards.combine import parse_reward_specs
 
+# The jobs that load no model, in two sizes (a SLURM profile's set-resources overrides either per rule):
+# LIGHT_JOB copies or writes a small file (a marker, the guard's verdict, the run's config);
+# TABLE_JOB reads an iteration's or a run's tables (pairs, advantages, MLflow's points, the plots).
+LIGHT_JOB = {"mem_mb": 1000, "runtime": 5}
+TABLE_JOB = {"mem_mb": 2000, "runtime": 10}
+
 
 def uses_cuda(device: str) -> bool:
     """Whether a model stage on ``device`` runs on a GPU (``auto``: when this host has one)."""
@@ -75,3 +81,18 @@ def rule_overrides(resource_settings, rule: str) -> dict:
     Snakemake evaluates per job (a string such as "srun" or "4h") the text as given."""
     parsed = resource_settings._parsed_overwrite_resources.get(rule, {})
     return {name: resource.raw if resource.is_evaluable() else resource.value for name, resource in parsed.items()}
+
+
+def job_resources(config: Mapping, extra_mem_mb: int = 0, gpu: int | None = None) -> dict:
+    """mem_mb, runtime and gpu of a job that loads a model: ``resources``' memory (plus ``extra_mem_mb``) and
+    runtime, and ``gpu`` GPUs (default: a model job's, :func:`model_gpus`)."""
+    return {
+        "mem_mb": config["resources"]["mem_mb"] + extra_mem_mb,
+        "runtime": config["resources"]["runtime"],
+        "gpu": model_gpus(config) if gpu is None else gpu,
+    }
+
+
+def gather_resources(config: Mapping) -> dict:
+    """A gather job's (it joins shards' tables, no model): ``resources``' memory, 10 minutes."""
+    return {"mem_mb": config["resources"]["mem_mb"], "runtime": 10}

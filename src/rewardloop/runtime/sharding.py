@@ -15,7 +15,44 @@ from typing import Sequence
 
 import pyarrow as pa
 
+from rewardloop import results_layout as layout
 from rewardloop.artifacts import read_provenance, read_table, read_tensors, write_table, write_tensors
+
+
+class StageSharding:
+    """How the workflow's rules split a stage into shards (generate.shards; score.shards, for scoring and
+    rescoring).
+
+    The stage's work is one rule, written once with the names and paths given here. Whole, it is named after the
+    stage and writes the stage's files. Sharded, it is ``<stage>_shard``, one job per shard writing into the
+    shard's folder (shards/<stage>_<kk>/), and a gather rule named after the stage joins the shards into the
+    same files a whole stage writes. ``shard_param``: what a job's ``shard`` param is (an input function of the
+    ``{shard}`` wildcard).
+    """
+
+    def __init__(self, stage: str, shards: int, shard_param=None):
+        self.stage, self.shards, self.sharded = stage, shards, shards > 1
+        self.work_rule = f"{stage}_shard" if self.sharded else stage
+        self.shard_param = shard_param
+
+    def output(self, folder: str, name: str, whole: str | None = None) -> str:
+        """The work's file ``name``, in the {shard} pattern's folder when sharded, else ``whole``
+        (by default ``folder/name``)."""
+        if self.sharded:
+            return f"{folder}/{layout.shard_name(self.stage, '{shard}')}/{name}"
+        return whole or f"{folder}/{name}"
+
+    def params(self) -> dict:
+        """The work's shard params, which shard of how many (none when whole, the scripts' default)."""
+        return {"shard": self.shard_param, "shards": self.shards} if self.sharded else {}
+
+    def job(self, name: str) -> str:
+        """A work job's name for its log and benchmark: ``name``, or ``name_{shard}`` when sharded."""
+        return f"{name}_{{shard}}" if self.sharded else name
+
+    def gathered(self, folder: str, name: str) -> list[str]:
+        """``name`` of every shard, in order (what the gather job reads)."""
+        return [f"{folder}/{layout.shard_name(self.stage, k)}/{name}" for k in range(self.shards)]
 
 
 class ShardError(ValueError):

@@ -46,3 +46,25 @@ def test_gpu_resource_is_validated(base):
     bad = with_(base, resources={"gpu": -1})
     with pytest.raises(cfgmod.ConfigError, match="resources.gpu"):
         cfgmod.validate(bad)
+
+
+def test_a_model_jobs_resources_are_the_configs_and_a_gather_job_takes_ten_minutes(base):
+    cfg = with_(base, resources={"mem_mb": 6000, "runtime": 45, "gpu": 2})
+    assert resources.job_resources(cfg) == {"mem_mb": 6000, "runtime": 45, "gpu": 2}
+    assert resources.job_resources(cfg, extra_mem_mb=500, gpu=0) == {"mem_mb": 6500, "runtime": 45, "gpu": 0}
+    assert resources.job_resources(base)["gpu"] == 0  # on the CPU, resources.gpu unset
+    assert resources.gather_resources(cfg) == {"mem_mb": 6000, "runtime": 10}
+    assert resources.LIGHT_JOB["mem_mb"] < resources.TABLE_JOB["mem_mb"] < cfg["resources"]["mem_mb"]
+
+
+def test_export_and_rescore_jobs_read_only_their_part_of_the_config(base):
+    from rewardloop.runtime.job_config import export_config, rescore_config
+
+    cfg = with_(base, gold_rewards={"jpeg_compressibility": 1.0, "aesthetic": None}, score={"batch_size": 7})
+    exported = export_config(cfg, ("old",))
+    assert exported["train"] == {"adapter": "lora", "extra_adapters": ["old"]}
+    assert set(exported) == {"model", "export", "train"} and exported["export"] == cfg["export"]
+    assert export_config(cfg)["train"] == {"adapter": "lora"}
+    rescore = rescore_config(cfg, "jpeg_compressibility")
+    assert set(rescore) == {"gold", "score"} and list(rescore["gold"]) == ["jpeg_compressibility"]
+    assert rescore["score"] == {"batch_size": 7}
