@@ -19,12 +19,12 @@ from __future__ import annotations
 PER_TEST = 1.0
 SECONDS = {  # measured: CI on a clean clone of 5b00e68, 2 workers (the 10 slowest files); the others estimated below those
     "tests/workflow/test_crash_resume.py": 637,
-    "tests/workflow/test_recipe_smoke_sd3.py": 640,  # dpo, nft, awm in 2 processes; dgpo, mixgrpo
+    "tests/workflow/test_recipe_smoke_sd3.py": 600,  # dpo, nft, awm in 2 processes; dgpo (tiny, SD3.5-M), mixgrpo
     "tests/workflow/test_default_run.py": 393,  # its 3 iterations on the shipped model (the build took 1329 s of it until 2026-12-06)
     "tests/workflow/test_bad_inputs.py": 388,
-    "tests/workflow/test_multiprocess_training.py": 360,  # + frozen rank, two nodes; the 4 advantage objectives
+    "tests/workflow/test_multiprocess_training.py": 410,  # + frozen rank, two nodes; the 5 advantage objectives
     "tests/unit/host/test_cpu_kernels.py": 268,  # two gradient probes under qemu
-    "tests/workflow/test_recipe_smoke_flux.py": 310,  # sft in 2 processes; mixgrpo
+    "tests/workflow/test_recipe_smoke_flux.py": 290,  # sft in 2 processes; mixgrpo (tiny, FLUX.1-dev)
     "tests/workflow/test_recipe_smoke_qwen_image.py": 262,  # its recipe and the 6 other objectives
     "tests/workflow/test_tracking.py": 193,
     "tests/workflow/test_gpu_smoke.py": 200,  # gpu_smoke (2 recipes) and gpu_slot (1) at tiny size
