@@ -31,7 +31,7 @@ import numpy as np
 
 from rewardloop.lazy_torch import torch
 
-SOLVERS = ("euler", "dpmsolver++")  # generate.sde.ode_after_window
+DEFAULT_COMPRESS_RATIO = 0.4  # generate.sde.compress_ratio when absent: the Flash script's dpm_post_compress_ratio
 
 
 def tail_points(num_steps: int, last_window_step: int, compress_ratio: float) -> int:

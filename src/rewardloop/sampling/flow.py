@@ -82,13 +82,12 @@ def sample_flow(pipe, family, cond: Mapping[str, torch.Tensor], seeds: Sequence[
             sigma, sigma_next = float(grid[j]), float(grid[j + 1])
             velocity = family.predict(denoiser, latents, sigma * num_train, rows, guidance_scale=settings.guidance_scale,
                                       uncond=uncond, pixel_size=settings.resolution)
-            if last is not None:
-                x0 = latents - sigma * velocity
-                if j > last:  # after the window: DPM-Solver++, second order but into sigma 0
-                    latents = dpm_solver_pp_step(latents, x0, sigma, sigma_next, x0_prev, sigma_prev)
-                    x0_prev, sigma_prev = x0, sigma
-                    continue
+            if last is not None:  # every step's data prediction is the next DPM-Solver++ step's history
+                x0, previous = latents - sigma * velocity, (x0_prev, sigma_prev)
                 x0_prev, sigma_prev = x0, sigma
+                if j > last:  # after the window: DPM-Solver++, second order but into sigma 0
+                    latents = dpm_solver_pp_step(latents, x0, sigma, sigma_next, *previous)
+                    continue
             is_sde = [j in steps for steps in batch_steps]
             std = device_stds[j]
             noise = noises[j] if noises is not None else None

@@ -29,6 +29,7 @@ def sde_selection(gen_cfg, seeds: list[list[int]], base_seed: int, iteration: in
     """The rollout's :class:`SDEPlan` from ``generate.sde`` and its step strategy: the noise level, the SDE steps of
     each sample in rollout order, the step type, and MixGRPO-Flash's compress ratio where ``ode_after_window`` is
     DPM-Solver++."""
+    from rewardloop.sampling.dpm_solver import DEFAULT_COMPRESS_RATIO
     from rewardloop.sampling.step_strategies import select_sde_steps
 
     sample_seeds = [s for row in seeds for s in row]
@@ -36,7 +37,8 @@ def sde_selection(gen_cfg, seeds: list[list[int]], base_seed: int, iteration: in
     steps = select_sde_steps(gen_cfg["sde"], gen_cfg["steps"], sample_seeds, iteration_seed, iteration)
     sde = gen_cfg["sde"]
     flash = sde.get("ode_after_window", "euler") == "dpmsolver++"
-    return SDEPlan(sde["noise_level"], steps, sde["type"], sde.get("compress_ratio", 0.4) if flash else None)
+    return SDEPlan(sde["noise_level"], steps, sde["type"],
+                   sde.get("compress_ratio", DEFAULT_COMPRESS_RATIO) if flash else None)
 
 
 def run(cfg, iteration: int, lora_dir, samples_path, latents_path, metrics_path, threads=1, progress=True,

@@ -155,14 +155,16 @@ def _new_store(db: Path) -> None:
 
     template = store_template_folder() / f"mlflow-{VERSION}.db"
     if not template.exists():
+        made = template.with_name(f".{template.name}.{os.getpid()}.tmp")
         try:
             template.parent.mkdir(parents=True, exist_ok=True)
-            made = template.with_name(f".{template.name}.{os.getpid()}.tmp")
             _create_store(made)
             os.replace(made, template)  # whole or absent: never a half-made template
         except OSError:
             _create_store(db)
             return
+        finally:
+            made.unlink(missing_ok=True)  # what a failed attempt left (gone once replaced)
     copy = db.with_name(f".{db.name}.{os.getpid()}.tmp")
     shutil.copyfile(template, copy)
     os.replace(copy, db)
