@@ -24,7 +24,7 @@ SECONDS = {  # measured: CI on a clean clone of 5b00e68, 2 workers (the 10 slowe
     "tests/workflow/test_bad_inputs.py": 388,
     "tests/workflow/test_multiprocess_training.py": 410,  # + frozen rank, two nodes; the 5 advantage objectives
     "tests/unit/host/test_cpu_kernels.py": 268,  # two gradient probes under qemu
-    "tests/workflow/test_recipe_smoke_flux.py": 290,  # sft in 2 processes; mixgrpo (tiny, FLUX.1-dev)
+    "tests/workflow/test_recipe_smoke_flux.py": 360,  # sft in 2 processes; dgpo, mixgrpo (tiny FLUX.1-dev, schnell)
     "tests/workflow/test_recipe_smoke_qwen_image.py": 262,  # its recipe and the 6 other objectives
     "tests/workflow/test_tracking.py": 193,
     "tests/workflow/test_gpu_smoke.py": 200,  # gpu_smoke (2 recipes) and gpu_slot (1) at tiny size

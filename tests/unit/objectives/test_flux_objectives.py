@@ -31,8 +31,8 @@ import torch.nn.functional as F
 
 from objective_checks import (FLUX_DEV, FLUX_SCHNELL, clean_latent_micro_batch, config, flux_velocity, pair_inputs,
                               prompt_embeds, reference_nft_loss, style_latents, three_velocities, train, trained)
-from objective_inputs import (BAD, GOOD, CPSStep, FlowStep, held_out_flow_matching_shift, held_out_lean, nft_inputs,
-                              rollout_inputs)
+from objective_inputs import (BAD, GOOD, CPSStep, FlowStep, MixGRPOStep, held_out_flow_matching_shift, held_out_lean,
+                              nft_inputs, rollout_inputs)
 from rewardloop.models.families import get_family
 from rewardloop.objectives import get_objective
 from rewardloop.objectives.registry import TrainingInputs
@@ -70,17 +70,19 @@ def test_the_default_lora_targets_are_the_familys():
 # --- GRPO: flow SDE, CPS, GRPO-Guard ---------------------------------------------------------------
 
 GRPO_STEPS = {"dev-flow-sde": FlowStep(FLUX_DEV), "dev-cps": CPSStep(FLUX_DEV), "schnell-flow-sde": FlowStep(FLUX_SCHNELL)}
+# MixGRPO trains the same recorded SDE steps with Flow-GRPO's surrogate (its own options: clip 1e-4, no KL)
+MIXGRPO_STEPS = {"dev-mixgrpo": MixGRPOStep(FLUX_DEV), "schnell-mixgrpo": MixGRPOStep(FLUX_SCHNELL)}
 
 
 @pytest.mark.parametrize("direction", [1, -1])
 @pytest.mark.parametrize("guard", [False, True], ids=["grpo", "guard"])
-@pytest.mark.parametrize("name", list(GRPO_STEPS))
+@pytest.mark.parametrize("name", list(GRPO_STEPS) + list(MIXGRPO_STEPS))
 def test_grpo_on_flux_raises_the_likelihood_of_high_advantage_transitions(tmp_path, name, guard, direction):
     """Held-out transitions leaning the high-advantage way gain log-likelihood (the measure: the hand-written
     FLUX call + the step's formula, objective_checks); the flipped advantages move it the other way."""
-    step = GRPO_STEPS[name]
-    if guard and step.sde_type != 0:
-        pytest.skip("GRPO-Guard normalises Flow-GRPO SDE steps only (CPS is refused at startup)")
+    step = GRPO_STEPS.get(name) or MIXGRPO_STEPS[name]
+    if guard and (step.sde_type != 0 or name in MIXGRPO_STEPS):
+        pytest.skip("GRPO-Guard normalises Flow-GRPO's own SDE steps only (CPS is refused at startup)")
     if guard and step.flow is FLUX_SCHNELL:
         pytest.skip("one guard case (dev) is enough: the guard reads the same means")
     base = step.denoiser()
@@ -151,19 +153,26 @@ def test_grpo_loss_on_flux_equals_the_hand_written_pipeline_call(tmp_path, name,
 
 # --- DiffusionNFT and AWM: the clean-latent objectives ------------------------------------------------
 
-def clean_config(flow, loss: str, **options):
-    return flux_config(flow, "configs/tiny_sd3_grpo.yaml", loss, batch_size=4, learning_rate=3e-3,
+def clean_config(flow, loss: str, overrides: dict | None = None, **options):
+    return flux_config(flow, "configs/tiny_sd3_grpo.yaml", loss, overrides, batch_size=4, learning_rate=3e-3,
                        gradient_accumulation_steps=1, **{loss: options})
 
 
+# DGPO's groups of 2 over the 4 steps of the rollouts: its M = 4 timesteps are all of them (as test_dgpo.py)
+CLEAN_LATENT_OPTIONS = {"nft": ({}, {}), "awm": ({}, {}),
+                        "dgpo": ({"generate": {"images_per_prompt": 2}}, {"trunc_steps": 3})}
+
+
 @pytest.mark.parametrize("direction", [1, -1])
-@pytest.mark.parametrize("loss, flow", [("nft", FLUX_DEV), ("nft", FLUX_SCHNELL), ("awm", FLUX_DEV)],
-                         ids=["nft-dev", "nft-schnell", "awm-dev"])
+@pytest.mark.parametrize("loss, flow", [("nft", FLUX_DEV), ("nft", FLUX_SCHNELL), ("awm", FLUX_DEV),
+                                        ("dgpo", FLUX_DEV), ("dgpo", FLUX_SCHNELL)],
+                         ids=["nft-dev", "nft-schnell", "awm-dev", "dgpo-dev", "dgpo-schnell"])
 def test_clean_latent_objectives_on_flux_lower_the_error_of_high_advantage_images(tmp_path, loss, flow, direction):
     """Held-out images of the positive-advantage style become easier to generate (the flow-matching error of the
     hand-written FLUX call, at the rollouts' guidance); flipped advantages, the other style."""
-    model = train(clean_config(flow, loss, inner_epochs=2), flow.denoiser(), nft_inputs(direction, 20, flow),
-                  flow.model_info(), tmp_path)
+    overrides, options = CLEAN_LATENT_OPTIONS[loss]
+    model = train(clean_config(flow, loss, overrides, inner_epochs=2, **options), flow.denoiser(),
+                  nft_inputs(direction, 20, flow), flow.model_info(), tmp_path)
     moved = held_out_flow_matching_shift(model, flow)
     assert moved * direction < 0, moved
 
