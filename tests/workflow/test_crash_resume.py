@@ -45,15 +45,23 @@ def ran_in_warm_worker(workdir: Path) -> set[str]:
     return {str(log.relative_to(workdir)) for log in logs if "of the warm worker" in log.read_text()}
 
 
+def jobs_run(workdir: Path) -> set[str]:
+    """The iteration stages that wrote a log in ``workdir`` (results/logs/iter_000/<stage>.log)."""
+    return {log.stem for log in (workdir / "results/logs/iter_000").glob("*.log")}
+
+
 def test_two_uninterrupted_runs_warm_and_cold_give_bit_identical_loras_and_eval(tmp_path, overlay, reference):
+    """The reference (warm) and a cold run of its first iteration: every stage's job in a process of its own gives
+    the same bytes (the second iteration's jobs are the same stages again, 40 s of CI that would show nothing new)."""
     reference_dir, expected = reference
     assert any("train.log" in log for log in ran_in_warm_worker(reference_dir))  # warm_start: the default
-    workdir = harness.prepare(tmp_path / "again", {**overlay, "warm_start": False})
+    workdir = harness.prepare(tmp_path / "again", {**overlay, "warm_start": False, "iterations": 1})
     harness.run_to_completion(workdir, max_attempts=1)
     assert not ran_in_warm_worker(workdir)  # every job imported its own libraries
-    again = harness.outcome(workdir, overlay["iterations"])
-    assert again["loras"] == expected["loras"]
-    assert again["final_eval"].equals(expected["final_eval"])
+    assert {"generate", "score", "pairs", "train", "export", "eval"} <= jobs_run(workdir)
+    again = harness.outcome(workdir, 1)
+    assert again["loras"] == expected["loras"][:1]
+    assert again["final_eval"].equals(harness.outcome(reference_dir, 1)["final_eval"])
 
 
 def test_sigkill_in_every_stage_then_the_same_command_gives_the_same_result(tmp_path, overlay, reference):
