@@ -46,7 +46,7 @@ run: $(STAMP)
 	$(BIN)/snakemake --cores $(CORES)
 
 # The default run's tiny model ships in resources/models/tiny-sd15 (its build_info.json says how it was built
-# and proves it: src/rewardloop/models/tiny_builds.py). `make tiny` rebuilds it in place (~12 min on 2 cores,
+# and proves it: src/rewardloop/models/tiny/builds.py). `make tiny` rebuilds it in place (~12 min on 2 cores,
 # replaced only once complete); `make tiny-check` rebuilds it aside and compares the weights' bytes.
 TINY := resources/models/tiny-sd15
 tiny: $(STAMP)

@@ -60,7 +60,7 @@ def _clip_embedder(arch: dict, tmp: Path):
     from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel, CLIPProcessor
 
     from rewardloop.rewards.clip_common import ClipEmbedder
-    from rewardloop.models.tokenizer import build_tokenizer
+    from rewardloop.models.tiny.clip_tokenizer import build_tokenizer
 
     tokenizer = build_tokenizer(tmp / "tok", max_length=77)
     config = CLIPConfig(**{**arch, "text_config": {**arch["text_config"], "vocab_size": 49408}})

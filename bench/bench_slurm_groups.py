@@ -80,7 +80,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="rewardloop-bench-slurm-") as tmp:
         model = args.model
         if model is None:
-            from rewardloop.models.tiny_sd15 import build_tiny_sd15
+            from rewardloop.models.tiny.sd15 import build_tiny_sd15
 
             model = str(Path(tmp) / "tiny-sd15")
             build_tiny_sd15(Path(model), seed=0, vae_steps=40, unet_steps=60, num_threads=1, progress=False)

@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rewardloop.models import loading as models, synthetic
+from rewardloop.models import loading as models
+from rewardloop.models.tiny import synthetic
 from rewardloop.models.families import get_family
 from rewardloop.objectives import get_objective
 from rewardloop.objectives.preference import PairData

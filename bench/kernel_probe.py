@@ -27,7 +27,7 @@ def probe(out: Path, threads: int, unet_steps: int, vae_steps: int) -> dict:
     and the rollouts' latents included)."""
     import torch
 
-    from rewardloop.models.tiny_sd15 import build_tiny_sd15
+    from rewardloop.models.tiny.sd15 import build_tiny_sd15
 
     start = time.perf_counter()
     model = out / "model"
@@ -57,7 +57,7 @@ def gradient_digests(threads: int) -> dict:
     from diffusers import AutoencoderKL, UNet2DConditionModel
     from transformers import CLIPTextConfig, CLIPTextModel
 
-    from rewardloop.models.tiny_sd15 import IMAGE_SIZE, TEXT_CONFIG, UNET_CONFIG, VAE_CONFIG
+    from rewardloop.models.tiny.sd15 import IMAGE_SIZE, TEXT_CONFIG, UNET_CONFIG, VAE_CONFIG
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)

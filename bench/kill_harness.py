@@ -303,7 +303,7 @@ def main() -> None:
     scratch = Path(args.keep or tempfile.mkdtemp(prefix="rewardloop-kill-"))
     model = args.model
     if model is None:
-        from rewardloop.models.tiny_sd15 import build_tiny_sd15
+        from rewardloop.models.tiny.sd15 import build_tiny_sd15
 
         model = scratch / "tiny-sd15"
         build_tiny_sd15(model, seed=0, vae_steps=40, unet_steps=60, progress=False)  # returns its stats

@@ -21,7 +21,7 @@ import time
 import numpy as np
 import requests
 
-from rewardloop.models.synthetic import render
+from rewardloop.models.tiny.synthetic import render
 from rewardloop.rewards.combine import RewardSet
 from rewardloop.shape_domain import caption
 

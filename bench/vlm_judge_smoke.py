@@ -70,7 +70,7 @@ def free_port() -> int:
 
 def shapes() -> tuple[list, list[str], list[str]]:
     """Rendered shapes at 512 px, their captions and wrong captions (other colours, another shape)."""
-    from rewardloop.models.synthetic import render
+    from rewardloop.models.tiny.synthetic import render
     from rewardloop.shape_domain import COLORS, SHAPES, caption
 
     rng = np.random.default_rng(0)

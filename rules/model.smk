@@ -1,13 +1,13 @@
 # The embedded tiny model: built and briefly pretrained once, offline, on synthetic data. A folder that is
 # already there with the config's recipe (the shipped resources/models/tiny-sd15, a copy, a restore) is used
 # as it is: no build is planned; one built with another recipe is refused, never rebuilt in place
-# (src/rewardloop/models/tiny_builds.py).
+# (src/rewardloop/models/tiny/builds.py).
 
 import sys
 
 from rewardloop.config import ConfigError
-from rewardloop.models import tiny_builds
 from rewardloop.host import cpu_kernels
+from rewardloop.models.tiny import builds as tiny_builds
 
 
 # A fan-out's runs use the model the fan-out builds (rules/experiments.smk includes this file once).

@@ -47,7 +47,7 @@ def repo_root() -> Path:
 def tiny_model(tmp_path_factory) -> Path:
     """A briefly pretrained tiny SD1.5-family model (seconds, not minutes: plumbing tests only).
     Built once per session (tests/built_once.py); tests must not change it (copy it first)."""
-    from rewardloop.models.tiny_sd15 import build_tiny_sd15
+    from rewardloop.models.tiny.sd15 import build_tiny_sd15
 
     folder = built_once(tmp_path_factory, "tiny-sd15", lambda root: build_tiny_sd15(
         root / "tiny-sd15", seed=0, vae_steps=40, unet_steps=60, num_threads=BUILD_THREADS, progress=False))
@@ -57,7 +57,7 @@ def tiny_model(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_sdxl_model(tmp_path_factory) -> Path:
     """A random-init tiny SDXL-architecture model (two text encoders, pooled embeds, time ids)."""
-    from rewardloop.models.tiny_sdxl import build_tiny_sdxl
+    from rewardloop.models.tiny.sdxl import build_tiny_sdxl
 
     folder = built_once(tmp_path_factory, "tiny-sdxl", lambda root: build_tiny_sdxl(root / "tiny-sdxl", seed=0))
     return folder / "tiny-sdxl"
@@ -66,7 +66,7 @@ def tiny_sdxl_model(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_sd3_model(tmp_path_factory) -> Path:
     """A briefly pretrained tiny SD3-family model (seconds: plumbing and numerics tests only)."""
-    from rewardloop.models.tiny_sd3 import build_tiny_sd3
+    from rewardloop.models.tiny.sd3 import build_tiny_sd3
 
     folder = built_once(tmp_path_factory, "tiny-sd3", lambda root: build_tiny_sd3(
         root / "tiny-sd3", seed=0, vae_steps=30, unet_steps=40, num_threads=BUILD_THREADS,

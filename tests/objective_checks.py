@@ -36,7 +36,7 @@ PROMPT_TOKENS = 16
 def tiny_unet(seed: int = 0):
     from diffusers import UNet2DConditionModel
 
-    from rewardloop.models.tiny_sd15 import UNET_CONFIG
+    from rewardloop.models.tiny.sd15 import UNET_CONFIG
 
     torch.manual_seed(seed)
     return UNet2DConditionModel(**UNET_CONFIG).eval()
@@ -45,24 +45,24 @@ def tiny_unet(seed: int = 0):
 def tiny_transformer(seed: int = 0):
     from diffusers import SD3Transformer2DModel
 
-    from rewardloop.models.tiny_sd3 import TRANSFORMER_CONFIG
+    from rewardloop.models.tiny.sd3 import TRANSFORMER_CONFIG
 
     torch.manual_seed(seed)
     return SD3Transformer2DModel(**TRANSFORMER_CONFIG).eval()
 
 
 def tiny_flux_transformer(seed: int = 0, guidance_embeds: bool = True):
-    """The tiny FLUX.1 transformer (rewardloop.models.tiny_flux): dev with the guidance embedding, schnell without."""
+    """The tiny FLUX.1 transformer (rewardloop.models.tiny.flux): dev with the guidance embedding, schnell without."""
     from diffusers import FluxTransformer2DModel
 
-    from rewardloop.models.tiny_flux import TRANSFORMER_CONFIG
+    from rewardloop.models.tiny.flux import TRANSFORMER_CONFIG
 
     torch.manual_seed(seed)
     return FluxTransformer2DModel(**TRANSFORMER_CONFIG, guidance_embeds=guidance_embeds).eval()
 
 
 def sd15_scheduler_config() -> dict:
-    from rewardloop.models.tiny_sd15 import SD15_SCHEDULER
+    from rewardloop.models.tiny.sd15 import SD15_SCHEDULER
 
     return dict(SD15_SCHEDULER)
 
@@ -231,7 +231,7 @@ class FlowModel:
 
 
 def _flux_model(name: str, guidance_embeds: bool) -> FlowModel:
-    from rewardloop.models.tiny_flux import (CLIP_CONFIG, DEV_SCHEDULER, SCHNELL_SCHEDULER, T5_CONFIG,
+    from rewardloop.models.tiny.flux import (CLIP_CONFIG, DEV_SCHEDULER, SCHNELL_SCHEDULER, T5_CONFIG,
                                              VAE_CONFIG)
 
     scheduler = DEV_SCHEDULER if guidance_embeds else SCHNELL_SCHEDULER
@@ -331,8 +331,8 @@ def tiny_sd15_pipeline(folder):
     from diffusers import AutoencoderKL, DDIMScheduler, StableDiffusionPipeline
     from transformers import CLIPTextConfig, CLIPTextModel
 
-    from rewardloop.models import tokenizer as tok
-    from rewardloop.models.tiny_sd15 import SD15_SCHEDULER, TEXT_CONFIG, VAE_CONFIG
+    from rewardloop.models.tiny import clip_tokenizer as tok
+    from rewardloop.models.tiny.sd15 import SD15_SCHEDULER, TEXT_CONFIG, VAE_CONFIG
 
     tokenizer = tok.build_tokenizer(folder / "tokenizer")
     torch.manual_seed(0)
@@ -349,8 +349,8 @@ def tiny_sd3_pipeline(folder):
     from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, StableDiffusion3Pipeline
     from transformers import CLIPTextConfig, CLIPTextModelWithProjection
 
-    from rewardloop.models import tokenizer as tok
-    from rewardloop.models.tiny_sd3 import SCHEDULER, SD3_TEXT_CONFIG, SD3_VAE_CONFIG
+    from rewardloop.models.tiny import clip_tokenizer as tok
+    from rewardloop.models.tiny.sd3 import SCHEDULER, SD3_TEXT_CONFIG, SD3_VAE_CONFIG
 
     tokenizers = [tok.build_tokenizer(folder / name) for name in ("tokenizer", "tokenizer_2")]
     torch.manual_seed(0)

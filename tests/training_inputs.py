@@ -18,7 +18,7 @@ import torch
 
 from rewardloop import config as cfgmod
 from rewardloop.config import load
-from rewardloop.models import synthetic
+from rewardloop.models.tiny import synthetic
 from rewardloop.objectives.preference import PairData
 from rewardloop.stages import generate, pairs, score
 

@@ -1,5 +1,5 @@
 """The synthetic shape domain's vocabulary: its colours, shapes and captions, and the sizes its shapes
-are drawn at. Shared by the tiny model's training data (``rewardloop.models.synthetic``, which draws
+are drawn at. Shared by the tiny model's training data (``rewardloop.models.tiny.synthetic``, which draws
 the images) and the ``color_match`` reward (which scores them), so neither wing imports the other.
 
 Captions read ``"a red circle on a blue background"``.

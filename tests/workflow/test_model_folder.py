@@ -1,6 +1,6 @@
 """The default config's model folder (model.build_tiny: true): a folder that is already there with the
 config's recipe is used, not rebuilt; one built with another recipe is refused and kept, never rebuilt
-in place (rules/model.smk, src/rewardloop/models/tiny_builds.py). The real `snakemake`, dry runs."""
+in place (rules/model.smk, src/rewardloop/models/tiny/builds.py). The real `snakemake`, dry runs."""
 
 from __future__ import annotations
 

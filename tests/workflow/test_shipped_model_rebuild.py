@@ -1,5 +1,5 @@
 """The shipped tiny model's bytes are a whole rebuild's, checked whenever the builder's sources or its
-libraries differ from those its build_info.json recorded (models/tiny_builds.py): a change to the builder
+libraries differ from those its build_info.json recorded (models/tiny/builds.py): a change to the builder
 that changes the bytes fails here, in CI, with the way to refresh the weights. While the builder is as it
 was, the fast test of its first steps (tests/unit/models/test_shipped_models.py) stands in for this ~12
 minutes' rebuild; `make tiny-check` (or REWARDLOOP_REBUILD_SHIPPED=1 here) rebuilds anyway.
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from rewardloop.models import tiny_builds
 from rewardloop.host import cpu_kernels
+from rewardloop.models.tiny import builds as tiny_builds
 
 pytestmark = pytest.mark.workflow
 

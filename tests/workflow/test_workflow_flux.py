@@ -1,6 +1,6 @@
 """The real snakemake workflow on the embedded tiny FLUX.1-dev (configs/tiny_flux_{grpo,nft,awm}.yaml).
 
-The model is :func:`rewardloop.models.tiny_flux.build_tiny_flux` on a small pretraining budget
+The model is :func:`rewardloop.models.tiny.flux.build_tiny_flux` on a small pretraining budget
 (plumbing, not learning: the recipes' budget is measured in docs/flow-rl.md), scored by JPEG
 compressibility (any image has one; its color_match is 0); each objective runs one
 iteration of its recipe, generate -> score -> advantages -> train -> export -> eval, at FLUX.1-dev's
@@ -27,7 +27,7 @@ OBJECTIVES = ("grpo", "nft", "awm")
 @pytest.fixture(scope="module")
 def tiny_flux_model(tmp_path_factory):
     """The pretrained tiny FLUX on a small budget (FLUX's 512 T5 tokens make a step costly: small batches)."""
-    from rewardloop.models.tiny_flux import build_tiny_flux
+    from rewardloop.models.tiny.flux import build_tiny_flux
 
     out = tmp_path_factory.mktemp("models") / "tiny-flux"
     stats = build_tiny_flux(out, seed=0, vae_steps=20, unet_steps=4, batch_size=8, vae_batch_size=8, progress=False)

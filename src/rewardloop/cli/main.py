@@ -23,7 +23,7 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 
 def _build_tiny(args) -> None:
-    from rewardloop.models import tiny_builds
+    from rewardloop.models.tiny import builds as tiny_builds
 
     if args.check:
         differences = tiny_builds.rebuild_differences(args.out, cpu_kernels.in_effect())

@@ -1,1 +1,2 @@
-"""Model families, loading, LoRA and full-model export, tokenizers, the tiny builders and their synthetic pretraining data."""
+"""Model families, loading, LoRA and full-model export, the published configs and their replicas; the models built
+here (the tiny builders, their pretraining data and offline tokenizers) in tiny/."""

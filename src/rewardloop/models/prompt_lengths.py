@@ -60,7 +60,7 @@ def _tiny_names(family) -> tuple[str, ...]:
 @functools.lru_cache(maxsize=1)
 def _tiny_tokenizer():
     """The embedded tiny model's tokenizer (built by a rule later; it is a pure function of nothing)."""
-    from rewardloop.models.tokenizer import build_tokenizer
+    from rewardloop.models.tiny.clip_tokenizer import build_tokenizer
 
     with tempfile.TemporaryDirectory() as tmp:
         return build_tokenizer(tmp)
@@ -86,7 +86,7 @@ def _tiny_counts(model_cfg: Mapping, prompts: Mapping[str, list[str]]) -> Counte
     """The tiny model's CLIP tokenizer (its T5, if any, is not built yet), counted without building it where
     every prompt is made of caption words (tokenizer.caption_token_counts), else with a tokenizer built aside."""
     from rewardloop.models.families import get_family
-    from rewardloop.models.tokenizer import MAX_LENGTH, caption_token_counts
+    from rewardloop.models.tiny.clip_tokenizer import MAX_LENGTH, caption_token_counts
 
     counts = {key: caption_token_counts(texts) for key, texts in prompts.items()}
     if any(value is None for value in counts.values()):

@@ -6,7 +6,7 @@ of a published checkpoint of the family (``published.VARIANTS[family][variant]``
 ``model_index.json`` (written from
 the published dict, not by ``save_pretrained``), every component's config with the published keys
 and values, the published scheduler class and config, CLIP's real tokenizer files, a T5 tokenizer
-trained here (:mod:`rewardloop.models.t5_tokenizer`), the published weight files (dtype, fp16
+trained here (:mod:`rewardloop.models.tiny.t5_tokenizer`), the published weight files (dtype, fp16
 variants, T5's two shards and index) - and random weights.
 
 * ``size="full"``: the published dimensions (for GPU smoke runs and benchmarks: compute and memory
@@ -38,7 +38,7 @@ from rewardloop.artifacts import atomic_dir, default_mode
 from rewardloop.mappings import deep_merge
 from rewardloop.models import published as P
 
-FAMILIES = tuple(P.PUBLISHED_FILES)  # the families whose published layout is held in models/published.py
+FAMILIES = tuple(P.PUBLISHED_FILES)  # the families with a data file in models/families/published/
 SIZES = ("tiny", "full")
 VARIANTS = {family: tuple(names) for family, names in P.VARIANTS.items()}  # the first is the default
 
@@ -68,83 +68,9 @@ WIDTH_DEPTH_KEYS: dict[str, frozenset[str]] = {
         for key in _CLIP_WIDTH_DEPTH - {"projection_dim"}}),
 }
 
-# Tiny widths. The two CLIP towers differ in width (as CLIP-L's 768 and bigG's 1280 do) so a mixed
-# up concatenation shows in the shapes; T5's width bounds both CLIP widths together (SD3 pads the
-# CLIP states to T5's width).
-_CLIP_L_TINY = {"hidden_size": 16, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
-                "projection_dim": 16}
-_CLIP_G_TINY = {"hidden_size": 32, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
-                "projection_dim": 32}
-_T5_TINY = {"d_model": 64, "d_ff": 128, "d_kv": 16, "num_heads": 4, "num_layers": 2, "num_decoder_layers": 2}
-_VAE_TINY = {"block_out_channels": [32, 32, 32, 32], "layers_per_block": 1}  # 4 blocks: 8x downsampling
-_QWEN_VL_TINY = {"hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 1,
-                 "num_key_value_heads": 1, "max_window_layers": 2}
-_TIME_EMBED_TINY = 8
-_SAFETY_TINY = {"hidden_size": 16, "intermediate_size": 64, "num_attention_heads": 2, "num_hidden_layers": 2}
-
-TINY_OVERRIDES: dict[str, dict[str, dict]] = {
-    "sd15": {
-        "unet/config.json": {"block_out_channels": [32, 32, 64, 64], "layers_per_block": 1,
-                             "cross_attention_dim": _CLIP_L_TINY["hidden_size"]},
-        "vae/config.json": _VAE_TINY,
-        "text_encoder/config.json": _CLIP_L_TINY,
-        "safety_checker/config.json": {
-            "projection_dim": 16,
-            "text_config": _SAFETY_TINY, "text_config_dict": _SAFETY_TINY,
-            "vision_config": _SAFETY_TINY, "vision_config_dict": _SAFETY_TINY,
-        },
-    },
-    "sdxl": {
-        "unet/config.json": {
-            "block_out_channels": [32, 64, 64], "layers_per_block": 1, "attention_head_dim": [1, 2, 4],
-            "transformer_layers_per_block": [1, 1, 2],
-            "cross_attention_dim": _CLIP_L_TINY["hidden_size"] + _CLIP_G_TINY["hidden_size"],
-            "addition_time_embed_dim": _TIME_EMBED_TINY,
-            "projection_class_embeddings_input_dim": 6 * _TIME_EMBED_TINY + _CLIP_G_TINY["projection_dim"],
-        },
-        "vae/config.json": _VAE_TINY,
-        "text_encoder/config.json": _CLIP_L_TINY,
-        "text_encoder_2/config.json": _CLIP_G_TINY,
-    },
-    "sd3": {
-        "transformer/config.json": {
-            "num_layers": 3, "dual_attention_layers": [0, 1],  # a prefix, as 0..12 of 24: both block kinds occur
-            "attention_head_dim": 8, "num_attention_heads": 4, "caption_projection_dim": 32,
-            "joint_attention_dim": _T5_TINY["d_model"],
-            "pooled_projection_dim": _CLIP_L_TINY["projection_dim"] + _CLIP_G_TINY["projection_dim"],
-        },
-        "vae/config.json": _VAE_TINY,
-        "text_encoder/config.json": _CLIP_L_TINY,
-        "text_encoder_2/config.json": _CLIP_G_TINY,
-        "text_encoder_3/config.json": _T5_TINY,
-    },
-    # FLUX.1: one joint and one single-stream block. The heads stay 128 wide: the published config has
-    # no axes_dims_rope, and diffusers' default (16, 56, 56) must sum to attention_head_dim. CLIP's
-    # pooled output (hidden_size) is the pooled projection's input, T5's width the text tokens'.
-    "flux": {
-        "transformer/config.json": {
-            "num_layers": 1, "num_single_layers": 1, "num_attention_heads": 1,
-            "joint_attention_dim": _T5_TINY["d_model"], "pooled_projection_dim": _CLIP_L_TINY["hidden_size"],
-        },
-        "vae/config.json": _VAE_TINY,
-        "text_encoder/config.json": _CLIP_L_TINY,
-        "text_encoder_2/config.json": _T5_TINY,
-    },
-    # Qwen-Image: one block, one head of the published 128 (the rotary axes (16, 56, 56) sum to it), as FLUX.1;
-    # Qwen2.5-VL keeps its 128-wide heads too (mrope sections [16, 24, 24] sum to half of it) in two layers, and
-    # its published vocabulary (the special tokens sit at ids 151643 on); the video VAE keeps its four levels.
-    "qwen_image": {
-        "transformer/config.json": {"num_layers": 1, "num_attention_heads": 1,
-                                    "joint_attention_dim": _QWEN_VL_TINY["hidden_size"]},
-        "vae/config.json": {"base_dim": 16, "num_res_blocks": 1},
-        "text_encoder/config.json": {
-            **_QWEN_VL_TINY,
-            "text_config": {**_QWEN_VL_TINY, "layer_types": ["full_attention"] * _QWEN_VL_TINY["num_hidden_layers"]},
-            "vision_config": {"depth": 1, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2,
-                              "out_hidden_size": _QWEN_VL_TINY["hidden_size"], "fullatt_block_indexes": [0]},
-        },
-    },
-}
+# What a tiny replica changes in each config of a family (its data file's `tiny`: widths and depths only,
+# WIDTH_DEPTH_KEYS; the reasons for each value are in the data file)
+TINY_OVERRIDES: dict[str, dict[str, dict]] = {family: data["tiny"] for family, data in P.FAMILY_DATA.items()}
 
 # The model components: (config file kind for WIDTH_DEPTH_KEYS, class name).
 _MODEL_KINDS = {
@@ -161,9 +87,6 @@ DIFFUSERS_SHARD_SIZE = "10GB"
 SINGLE_FILE = "1000GB"  # the other published UNets and transformers are single files (SDXL's is 10.3 GB)
 _DIFFUSERS_MODELS = ("UNet2DConditionModel", "SD3Transformer2DModel", "FluxTransformer2DModel", "AutoencoderKL",
                      "QwenImageTransformer2DModel", "AutoencoderKLQwenImage")
-# Components published in shards cut otherwise than their library's default (above): Qwen-Image's transformer at
-# 5 GB (nine shards of at most 4.99 GB), where diffusers cuts at 10 GB.
-SHARD_SIZES = {("qwen_image", "transformer"): FULL_SHARD_SIZE}
 
 
 class ReplicaError(ValueError):
@@ -313,12 +236,12 @@ def _shard_size_for(model, dtype: str, shards: int) -> int:
     raise ReplicaError(f"cannot cut {type(model).__name__} into {shards} shards")
 
 
-def _write_model(folder: Path, class_name: str, config: dict, storage: tuple, size: str, seed: int,
-                 device: str = "cpu", full_shard_size: str | None = None) -> int:
+def _write_model(folder: Path, class_name: str, config: dict, storage: P.Storage, size: str, seed: int,
+                 device: str = "cpu") -> int:
     """Instantiate (random weights, drawn on ``device``), save as published, write the published config; params."""
     import torch
 
-    stem, dtype, fp16_variant, shards = storage
+    stem, dtype, fp16_variant, shards = storage.file, storage.dtype, storage.fp16_variant, storage.shards
     default = torch.get_default_dtype()
     where = torch.device(device)
     accelerators = [] if where.type == "cpu" else [where.index or 0]
@@ -333,7 +256,7 @@ def _write_model(folder: Path, class_name: str, config: dict, storage: tuple, si
             torch.set_default_dtype(default)
     params = parameter_count(model)
     if shards > 1 and size == "full":
-        limit = full_shard_size or (DIFFUSERS_SHARD_SIZE if class_name in _DIFFUSERS_MODELS else FULL_SHARD_SIZE)
+        limit = storage.shard_size or (DIFFUSERS_SHARD_SIZE if class_name in _DIFFUSERS_MODELS else FULL_SHARD_SIZE)
     elif shards > 1:
         limit = _shard_size_for(model, dtype, shards)
     else:
@@ -368,9 +291,9 @@ def build_replica(family: str, out_dir: str | os.PathLike, size: str = "tiny", s
     ``wall_s``. Random weights from ``seed``, drawn on ``device``: the same seed on the same device gives
     bit-identical files.
     """
-    from rewardloop.models import tokenizer as tok
-    from rewardloop.models.qwen_tokenizer import write_qwen2_tokenizer
-    from rewardloop.models.t5_tokenizer import build_t5_tokenizer
+    from rewardloop.models.tiny import clip_tokenizer as tok
+    from rewardloop.models.tiny.qwen_tokenizer import write_qwen2_tokenizer
+    from rewardloop.models.tiny.t5_tokenizer import build_t5_tokenizer
 
     variant = _check(family, size, variant)
     published = P.VARIANTS[family][variant]
@@ -402,8 +325,7 @@ def build_replica(family: str, out_dir: str | os.PathLike, size: str = "tiny", s
             else:
                 params[component] = _write_model(folder, class_name, files[f"{component}/config.json"],
                                                  published["weights"][component], size,
-                                                 _component_seed(seed, component), device,
-                                                 SHARD_SIZES.get((family, component)))
+                                                 _component_seed(seed, component), device)
                 for name, data in _component_files(files, component).items():  # e.g. generation_config.json
                     if name != "config.json":
                         (folder / name).write_text(json_text(data))

@@ -33,7 +33,7 @@ def clip_folders(folder: Path, seed: int = 0) -> tuple[Path, Path]:
     from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel, CLIPProcessor
 
     from rewardloop.models.published import SD15_SPECIAL_TOKENS_MAP, SD15_TOKENIZER_CONFIG
-    from rewardloop.models.tokenizer import write_clip_tokenizer
+    from rewardloop.models.tiny.clip_tokenizer import write_clip_tokenizer
 
     model_dir, processor_dir = folder / "clip_model", folder / "clip_processor"
     if (model_dir / "config.json").is_file() and (processor_dir / "preprocessor_config.json").is_file():

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rewardloop.models import synthetic
+from rewardloop.models.tiny import synthetic
 from rewardloop.artifacts import read_table
 
 PROMPTS = [

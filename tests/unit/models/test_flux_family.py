@@ -1,7 +1,7 @@
 """The FLUX.1 adapter (rewardloop.models.families.flux) against diffusers' FluxPipeline itself.
 
 On tiny random-init FLUX.1-dev (guidance embedding) and FLUX.1-schnell (none) pipelines
-(rewardloop.models.tiny_flux): the conditioning is the pipeline's ``encode_prompt``; the velocity
+(rewardloop.models.tiny.flux): the conditioning is the pipeline's ``encode_prompt``; the velocity
 is a hand-written call of the transformer on the pipeline's own packing, position ids and
 unpacking; a sampled rollout is the pipeline's own denoising loop from the same noise; the grid is
 the one the pipeline's scheduler steps through; recorded SDE steps re-score to their log-probs.
@@ -21,7 +21,7 @@ from diffusers import FluxPipeline
 from rewardloop.models.families import get_family
 from rewardloop.models.layout import LayoutError, check_model_folder
 from rewardloop.models.loading import load_pipeline
-from rewardloop.models.tiny_flux import build_tiny_flux_pipeline
+from rewardloop.models.tiny.flux import build_tiny_flux_pipeline
 from rewardloop.sampling import sde
 from rewardloop.sampling.ddim import SamplerSettings
 from rewardloop.sampling.flow import rollout_sigmas, sample_flow

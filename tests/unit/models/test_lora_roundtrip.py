@@ -105,8 +105,8 @@ def test_a_lora_of_another_architecture_is_refused_naming_the_file(replicas, tmp
 
 @pytest.fixture(scope="module")
 def tiny_flux(tmp_path_factory):
-    """The tiny FLUX.1-dev folder (random init: rewardloop.models.tiny_flux)."""
-    from rewardloop.models.tiny_flux import build_tiny_flux_pipeline
+    """The tiny FLUX.1-dev folder (random init: rewardloop.models.tiny.flux)."""
+    from rewardloop.models.tiny.flux import build_tiny_flux_pipeline
 
     folder = tmp_path_factory.mktemp("flux") / "tiny-flux-dev"
     build_tiny_flux_pipeline(folder, seed=0)

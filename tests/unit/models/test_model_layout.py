@@ -131,7 +131,7 @@ def test_a_resolution_the_vae_or_the_patches_cannot_take_is_refused(tmp_path):
 @pytest.fixture(scope="module")
 def flux_folders(tmp_path_factory):
     """The tiny FLUX.1-dev (guidance embedding) and FLUX.1-schnell (none) folders, as FluxPipeline saves them."""
-    from rewardloop.models.tiny_flux import build_tiny_flux_pipeline
+    from rewardloop.models.tiny.flux import build_tiny_flux_pipeline
 
     root = tmp_path_factory.mktemp("flux")
     build_tiny_flux_pipeline(root / "dev", seed=0)

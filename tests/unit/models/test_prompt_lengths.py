@@ -103,7 +103,7 @@ def test_the_default_run_has_no_over_long_prompt_and_many_are_summarised():
 
 def test_caption_word_prompts_are_counted_as_the_tiny_tokenizer_counts_them(tmp_path):
     """The startup counts the tiny model's prompts without building its tokenizer (issue 33): the same counts."""
-    from rewardloop.models.tokenizer import build_tokenizer, caption_token_counts
+    from rewardloop.models.tiny.clip_tokenizer import build_tokenizer, caption_token_counts
 
     tokenizer = build_tokenizer(tmp_path / "tok")
     prompts = [*load_prompts(ROOT / "resources/prompts/train.txt").prompt,

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from rewardloop.models import published as P
-from rewardloop.models.published import CHECKPOINT_FOLDERS, PUBLISHED_DIR, PublishedDataError, published_files
+from rewardloop.models.published import (CHECKPOINT_FOLDERS, PUBLISHED_DIR, PublishedDataError, family_data,
+                                         published_files)
 
 from workflow_helpers import ROOT
 
@@ -28,11 +29,12 @@ def test_every_file_is_written_as_the_hub_writes_it():
         assert text == json.dumps(json.loads(text), indent=2) + "\n", path
 
 
-def test_the_package_data_ships_every_json_file():
+def test_the_package_data_ships_every_json_file_and_every_family_s_data_file():
     table = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
     package = ROOT / "src" / "rewardloop"
     shipped = {p for pattern in table["rewardloop"] for p in package.glob(pattern)}
     assert set(JSON_FILES) <= shipped
+    assert {PUBLISHED_DIR / f"{family}.yaml" for family in P.FAMILY_DATA} <= shipped
 
 
 def test_every_folder_belongs_to_a_checkpoint_and_the_variant_tables_agree():
@@ -58,7 +60,7 @@ def test_each_call_returns_fresh_dicts():
 
 
 def test_unknown_family_and_variant_name_the_choices():
-    with pytest.raises(PublishedDataError, match="family: unknown 'sd2'.*sd15, sdxl, sd3, flux"):
+    with pytest.raises(PublishedDataError, match="family: unknown 'sd2'.*flux, qwen_image, sd15, sd3, sdxl"):
         published_files("sd2")
     with pytest.raises(PublishedDataError, match="variant: unknown 'pro' for family flux.*dev, schnell"):
         published_files("flux", "pro")
@@ -84,3 +86,24 @@ def test_a_missing_folder_and_bad_json_name_the_path(tmp_path):
     bad = _write(tmp_path, "sd15_v1-5", "vae/config.json", '{"act_fn": "silu",}\n')
     with pytest.raises(PublishedDataError, match=f"{bad}: not valid JSON"):
         published_files("sd15", root=tmp_path)
+
+
+def test_each_family_s_data_file_holds_its_checkpoints_and_a_bad_one_is_named(tmp_path):
+    """A family is its adapter, its JSON folders and its data file (<family>.yaml): every folder a data file names
+    is there, every family with an adapter has one, and a broken file is refused naming the file and the key."""
+    from rewardloop.models.families import FAMILIES
+
+    assert set(P.FAMILY_DATA) == set(FAMILIES)
+    for family, data in P.FAMILY_DATA.items():
+        for name, variant in data["variants"].items():
+            assert all((PUBLISHED_DIR / folder).is_dir() for folder in variant["folders"]), (family, name)
+            assert set(variant["weights"]) <= set(P.VARIANTS[family][name]["files"]["model_index.json"])
+        assert set(data["tiny"]) <= set(P.PUBLISHED_FILES[family])  # a tiny replica changes published files only
+    with pytest.raises(PublishedDataError, match=r"sd2\.yaml: cannot read the family's data file"):
+        family_data("sd2", root=tmp_path)
+    (tmp_path / "sd2.yaml").write_text("variants: {base: {repo: a/b}\n")
+    with pytest.raises(PublishedDataError, match=r"sd2\.yaml: not valid YAML"):
+        family_data("sd2", root=tmp_path)
+    (tmp_path / "sd2.yaml").write_text("variants: {base: {repo: a/b, folders: [sd2_base]}}\ntiny: {}\n")
+    with pytest.raises(PublishedDataError, match=r"sd2\.yaml: variants\.base lacks weights"):
+        family_data("sd2", root=tmp_path)

@@ -192,7 +192,7 @@ def test_sd3_storage_as_published(replicas):
                   "model.safetensors.index.json"]
     index = json.loads((folder / "text_encoder_3" / "model.safetensors.index.json").read_text())
     assert set(index["weight_map"].values()) == {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"}
-    for component, (stem, dtype, _, _) in P.WEIGHTS["sd3"].items():
+    for component, (stem, dtype, *_) in P.WEIGHTS["sd3"].items():
         for path in (folder / component).glob("*.safetensors"):
             with safe_open(path, "pt") as fh:
                 assert {fh.get_slice(k).get_dtype() for k in fh.keys()} == {{"bfloat16": "BF16", "float16": "F16"}[dtype]}
@@ -230,7 +230,7 @@ def test_clip_tokenizers_are_clips(replicas, pipes, family):
 def test_t5_tokenizer(replicas, pipes):
     from transformers import T5TokenizerFast
 
-    from rewardloop.models.t5_tokenizer import train_spiece
+    from rewardloop.models.tiny.t5_tokenizer import train_spiece
 
     assert train_spiece() == train_spiece()  # training is deterministic
     folder = replicas["sd3"] / "tokenizer_3"
@@ -411,9 +411,9 @@ def test_flux_published_values_as_written():
     from diffusers import FluxTransformer2DModel
 
     assert inspect.signature(FluxTransformer2DModel.__init__).parameters["axes_dims_rope"].default == (16, 56, 56)
-    # The byte size of each file as the hub tree lists it (FLUX_CONFIG_SIZES) equals the dict written out.
-    for variant, sizes in P.FLUX_CONFIG_SIZES.items():
-        files = P.VARIANTS["flux"][variant]["files"]
+    # The byte size of each file as the hub tree lists it (the data file's config_sizes) equals the dict written out.
+    for variant in ("dev", "schnell"):
+        sizes, files = P.CONFIG_SIZES["flux", variant], P.VARIANTS["flux"][variant]["files"]
         for path, size in sizes.items():
             assert len(json_text(files[path]).encode()) == size, (variant, path)
 
@@ -435,7 +435,7 @@ def test_sd35_large_published_values_as_written():
             assert files[path] == P.PUBLISHED_FILES["sd3"][path], path  # the text side is SD3's
     assert P.VARIANTS["sd3"]["large-turbo"]["sampling"] == {"num_inference_steps": 4, "guidance_scale": 0.0}
     files = P.VARIANTS["sd3"]["large"]["files"]
-    for path, size in P.SD35_LARGE_CONFIG_SIZES.items():
+    for path, size in P.CONFIG_SIZES["sd3", "large"].items():
         assert len(json_text(files[path]).encode()) == size, path
 
 

@@ -1,5 +1,5 @@
 """The tiny models that ship (resources/models/<name>/) are their builder's: the first steps of each one's
-recipe, rebuilt here, give the digests its build_info.json recorded when it was built (models/tiny_builds.py).
+recipe, rebuilt here, give the digests its build_info.json recorded when it was built (models/tiny/builds.py).
 
 A change to a builder that changes its first steps' bytes fails here, in seconds; one that changes only
 later steps fails tests/workflow/test_shipped_model_rebuild.py, which rebuilds a whole model whenever its
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rewardloop.models import tiny_builds
 from rewardloop.host import cpu_kernels
+from rewardloop.models.tiny import builds as tiny_builds
 
 ROOT = Path(__file__).resolve().parents[3]
 MODELS = ROOT / "resources/models"

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from rewardloop import shape_domain
-from rewardloop.models import synthetic
+from rewardloop.models.tiny import synthetic
 
 
 def test_captions_parse_back():

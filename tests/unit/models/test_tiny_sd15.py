@@ -3,7 +3,7 @@ import json
 import numpy as np
 import pytest
 
-from rewardloop.models import pretraining, tiny_sd15
+from rewardloop.models.tiny import pretraining, sd15 as tiny_sd15
 
 FAST = dict(vae_steps=2, unet_steps=2, batch_size=4, vae_batch_size=4, progress=False)
 
@@ -76,7 +76,7 @@ def test_build_is_reproducible(built, tmp_path):
 
 
 def test_pretraining_prompts_all_or_train_only():
-    from rewardloop.models import synthetic
+    from rewardloop.models.tiny import synthetic
 
     train, held_out = synthetic.split_prompts(0)
     everything = pretraining.pretraining_prompts("all")

@@ -1,7 +1,7 @@
 import pytest
 
-from rewardloop.models import synthetic
-from rewardloop.models.tokenizer import MAX_LENGTH, _bpe, build_merges, build_tokenizer, caption_words
+from rewardloop.models.tiny import synthetic
+from rewardloop.models.tiny.clip_tokenizer import MAX_LENGTH, _bpe, build_merges, build_tokenizer, caption_words
 
 
 @pytest.fixture(scope="module")

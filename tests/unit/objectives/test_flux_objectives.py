@@ -1,7 +1,7 @@
 """Every objective on FLUX.1 (dev: the guidance scale embedded; schnell: no guidance input), in seconds.
 
 Each trains a real peft LoRA (flux.py's lora_targets, flow_grpo's train_flux.py targets) on the tiny
-random-init FLUX.1 transformer (rewardloop.models.tiny_flux) through the same objective ``load`` /
+random-init FLUX.1 transformer (rewardloop.models.tiny.flux) through the same objective ``load`` /
 ``plan`` / ``loss`` and Trainer as the other families (objective_checks.py, test_objective_direction.py),
 with
 
@@ -324,7 +324,7 @@ def test_pair_losses_on_flux_equal_a_hand_computation_with_packing(tmp_path, los
 
 @pytest.fixture(scope="module")
 def dev_pipe():
-    from rewardloop.models.tiny_flux import build_tiny_flux_pipeline
+    from rewardloop.models.tiny.flux import build_tiny_flux_pipeline
 
     return build_tiny_flux_pipeline(seed=0)
 

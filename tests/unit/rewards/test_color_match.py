@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from rewardloop import shape_domain
-from rewardloop.models import synthetic
+from rewardloop.models.tiny import synthetic
 from rewardloop.rewards.color_match import ColorMatch
 
 

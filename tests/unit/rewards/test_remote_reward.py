@@ -16,7 +16,7 @@ import requests
 from PIL import Image
 from remote_servers import free_port, running, serve_reward, stand_in, stand_ins_module
 
-from rewardloop.models.synthetic import render
+from rewardloop.models.tiny.synthetic import render
 from rewardloop.rewards.base import check_options, check_prompts
 from rewardloop.rewards.combine import RewardSet
 from rewardloop.rewards.remote.batching import MicroBatcher

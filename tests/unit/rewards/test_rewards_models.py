@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from rewardloop.models import synthetic
+from rewardloop.models.tiny import synthetic
 from rewardloop.rewards import build_reward
 
 torch.set_num_threads(1)
@@ -37,7 +37,7 @@ def clip_dirs(tmp_path_factory):
     """``(model_dir, processor_dir)``: a tiny CLIPModel and CLIPProcessor saved with save_pretrained."""
     from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel, CLIPProcessor
 
-    from rewardloop.models.tokenizer import build_tokenizer
+    from rewardloop.models.tiny.clip_tokenizer import build_tokenizer
 
     root = tmp_path_factory.mktemp("clip")
     tokenizer = build_tokenizer(root / "tokenizer")

@@ -38,7 +38,7 @@ def test_the_reader_sees_the_wing_and_its_imports():
     color_match = imported("rewardloop.rewards.color_match", PACKAGE_MODULES["rewardloop.rewards.color_match"],
                            set(PACKAGE_MODULES))
     assert {"rewardloop.shape_domain", "rewardloop.rewards.base"} <= color_match
-    assert in_model_wing("rewardloop.models.synthetic") and in_model_wing("rewardloop.stages")
+    assert in_model_wing("rewardloop.models.tiny.synthetic") and in_model_wing("rewardloop.stages")
     assert not in_model_wing("rewardloop.modelsx") and not in_model_wing("rewardloop.shape_domain")
 
 

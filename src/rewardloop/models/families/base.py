@@ -106,7 +106,7 @@ class ModelFamily:
         return {name: None for name in self.unused_components}
 
     def tiny_build_function(self):
-        """The function that builds the embedded tiny model (called through models/tiny_builds.py)."""
+        """The function that builds the embedded tiny model (called through models/tiny/builds.py)."""
         import importlib
 
         if self.tiny_builder is None:

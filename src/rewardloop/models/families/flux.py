@@ -120,7 +120,7 @@ class Flux(PackedLatentFamily):
     # As SD3: flow_grpo config/dpo.py's beta 100 for a flow model's DPO on the velocity MSE.
     defaults = {"train.dpo.beta": 100}
     capabilities = frozenset({"recorded_steps"})  # flow SDE / CPS steps (tests/unit/models/test_flux_family.py replays them)
-    tiny_builder = "rewardloop.models.tiny_flux:build_tiny_flux"
+    tiny_builder = "rewardloop.models.tiny.flux:build_tiny_flux"
     tiny_pretrained = True
 
     def t5_tokens(self, pipe) -> int:

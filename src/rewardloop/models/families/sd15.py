@@ -14,7 +14,7 @@ class SD15(UNetFamily):
     default_resolution = 512
     unused_components = ("safety_checker",)  # rewards judge the images; the checker would blank some
     capabilities = frozenset({"recorded_steps"})
-    tiny_builder = "rewardloop.models.tiny_sd15:build_tiny_sd15"
+    tiny_builder = "rewardloop.models.tiny.sd15:build_tiny_sd15"
 
     def load_kwargs(self) -> dict:
         return {"safety_checker": None, "requires_safety_checker": False}

@@ -33,7 +33,7 @@ class SD3(ModelFamily):
     # flow_grpo config/dpo.py trains SD3.5-M DPO with beta 100 in the same -beta/2 convention (on the velocity MSE).
     defaults = {"train.dpo.beta": 100}
     capabilities = frozenset({"recorded_steps"})
-    tiny_builder = "rewardloop.models.tiny_sd3:build_tiny_sd3"
+    tiny_builder = "rewardloop.models.tiny.sd3:build_tiny_sd3"
 
     def t5_tokens(self, pipe) -> int:
         """T5 tokens of the conditioning: the pipeline default with T5; none without (they would all be zeros)."""

@@ -26,7 +26,7 @@ class SDXL(UNetFamily):
     default_resolution = 1024
     # No "recorded_steps": DDIM rollouts with log-probabilities are tested on SD1.5's UNet only (no SDXL
     # GRPO recipe or replica test yet), so GRPO is refused on SDXL rather than run untested.
-    tiny_builder = "rewardloop.models.tiny_sdxl:build_tiny_sdxl"
+    tiny_builder = "rewardloop.models.tiny.sdxl:build_tiny_sdxl"
     tiny_pretrained = False
 
     def _encode(self, pipe, prompts):

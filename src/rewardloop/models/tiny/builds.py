@@ -42,7 +42,7 @@ PROOF_STEPS = 8  # per phase: the VAE's and the denoiser's (a few seconds on one
 LIBRARIES = ("torch", "diffusers", "transformers", "tokenizers", "numpy", "pillow", "safetensors")
 # The modules a builder's source digest follows (besides the builder module): what it imports of these
 SOURCE_PACKAGES = ("rewardloop.models.", "rewardloop.shape_domain")
-PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # src/rewardloop
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # src/rewardloop
 
 
 class TinyBuildError(ValueError):

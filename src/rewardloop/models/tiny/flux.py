@@ -4,12 +4,12 @@ The layout of a FLUX.1 checkpoint (``FluxPipeline``): a CLIP text encoder whose 
 the transformer's pooled projection, a T5 encoder whose last hidden states are the text tokens, a
 ``FluxTransformer2DModel`` on 2x2-packed 16-channel latents and an ``AutoencoderKL`` with FLUX's
 scaling and shift factors. Both tokenizers are built here without a download: the CLIP one of
-:mod:`rewardloop.models.tokenizer`, the T5 SentencePiece one of :mod:`rewardloop.models.t5_tokenizer`.
+:mod:`rewardloop.models.tiny.clip_tokenizer`, the T5 SentencePiece one of :mod:`rewardloop.models.tiny.t5_tokenizer`.
 
 :func:`build_tiny_flux_pipeline` is untrained: its images are noise, which is all a test of the
 loop's plumbing needs. :func:`build_tiny_flux` is the embedded tiny FLUX that recipes learn on
 (``model.family: flux`` with ``model.build_tiny``): built and pretrained here on the synthetic
-captioned images with the recipe of the tiny SD3 (:mod:`rewardloop.models.pretraining`), its loss's
+captioned images with the recipe of the tiny SD3 (:mod:`rewardloop.models.tiny.pretraining`), its loss's
 velocity computed through the family adapter (``Flux.predict``), its conditioning through
 ``FluxPipeline.encode_prompt`` (``Flux._encode``), so pretraining and sampling share one code path.
 
@@ -29,9 +29,9 @@ import torch
 import torch.nn.functional as F
 
 from rewardloop.artifacts import atomic_dir
-from rewardloop.models import tokenizer as tok
-from rewardloop.models.pretraining import (Recipe, loss_summary, parameter_count, pretrain_vae,
-                                           recipe_summary, to_tensor, train_denoiser)
+from rewardloop.models.tiny import clip_tokenizer as tok
+from rewardloop.models.tiny.pretraining import (Recipe, loss_summary, parameter_count, pretrain_vae,
+                                                recipe_summary, to_tensor, train_denoiser)
 from rewardloop.models.published import SD3_TOKENIZER_3_CONFIG
 
 # The published scheduler/scheduler_config.json of FLUX.1-dev and FLUX.1-schnell.
@@ -72,7 +72,7 @@ def build_tiny_flux_pipeline(out_dir: str | os.PathLike | None = None, seed: int
     from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
     from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
 
-    from rewardloop.models.t5_tokenizer import build_t5_tokenizer
+    from rewardloop.models.tiny.t5_tokenizer import build_t5_tokenizer
 
     def build(folder: Path):
         torch.manual_seed(seed)
@@ -100,7 +100,7 @@ def build_tiny_flux_pipeline(out_dir: str | os.PathLike | None = None, seed: int
     return pipe
 
 
-# The pretrained tiny FLUX: the tiny SD3's sizes (src/rewardloop/models/tiny_sd3.py) where FLUX has the
+# The pretrained tiny FLUX: the tiny SD3's sizes (src/rewardloop/models/tiny/sd3.py) where FLUX has the
 # same part, so that the two embedded flow models differ in their architecture, not in their budget.
 PRETRAINED_CLIP_CONFIG = dict(CLIP_CONFIG, hidden_size=32, intermediate_size=128, num_hidden_layers=3,
                               projection_dim=32)  # = tiny SD3's SD3_TEXT_CONFIG
@@ -142,7 +142,7 @@ def build_tiny_flux(out_dir: str | os.PathLike, seed: int = 0, progress: bool = 
                     record: dict | None = None, **recipe) -> dict:
     """Build, pretrain and save the tiny FLUX.1-dev model at ``out_dir`` atomically; return build stats.
 
-    ``recipe``: the fields of :class:`~rewardloop.models.pretraining.Recipe` (``unet_steps`` /
+    ``recipe``: the fields of :class:`~rewardloop.models.tiny.pretraining.Recipe` (``unet_steps`` /
     ``unet_lr`` name the transformer's pretraining), as the tiny SD3's: the same synthetic images and
     captions, 10 % caption dropout, logit-normal sigmas and the rectified-flow loss
     ``|v - (noise - x0)|^2`` at ``x_t = (1 - s) x0 + s noise``; the transformer and both text encoders
@@ -171,7 +171,7 @@ def build_tiny_flux(out_dir: str | os.PathLike, seed: int = 0, progress: bool = 
     from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
 
     from rewardloop.models.families import get_family
-    from rewardloop.models.t5_tokenizer import build_t5_tokenizer
+    from rewardloop.models.tiny.t5_tokenizer import build_t5_tokenizer
 
     recipe = Recipe(seed=seed, **recipe)
     family = get_family("flux")
@@ -228,6 +228,6 @@ def build_tiny_flux(out_dir: str | os.PathLike, seed: int = 0, progress: bool = 
             "wall_s": {"vae": t_vae, "transformer_text": t_transformer, "total": time.perf_counter() - t0},
             "torch_threads": torch.get_num_threads(),
         }
-        stats.update(record or {})  # what proves the build (models/tiny_builds.py)
+        stats.update(record or {})  # what proves the build (models/tiny/builds.py)
         (tmp / "build_info.json").write_text(json.dumps(stats, indent=2))
     return stats

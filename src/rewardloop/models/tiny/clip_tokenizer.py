@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Iterable
 
-from rewardloop.models import synthetic
+from rewardloop.models.tiny import synthetic
 
 BOS, EOS = "<|startoftext|>", "<|endoftext|>"
 MAX_LENGTH = 16  # must equal the text encoder's max_position_embeddings

@@ -22,7 +22,7 @@ from PIL import Image, ImageDraw
 
 from rewardloop.shape_domain import COLORS, HALF_EXTENT_RANGE, PALETTE, SHAPES, caption, parse_caption, validate
 
-PROMPT_DIR = Path(__file__).resolve().parents[3] / "resources" / "prompts"
+PROMPT_DIR = Path(__file__).resolve().parents[4] / "resources" / "prompts"
 
 
 def render(shape: str, fg: str, bg: str, size: int = 32, rng: np.random.Generator | None = None):

@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Mapping
 
-from rewardloop.models import synthetic
+from rewardloop.models.tiny import synthetic
 
 VOCAB_SIZE = 3000  # asked of SentencePiece; the corpus supports fewer (1193 pieces with pad/eos/unk); +100 sentinels
 EXTRA_IDS = 100

@@ -28,9 +28,9 @@ import torch
 import torch.nn.functional as F
 
 from rewardloop.artifacts import atomic_dir
-from rewardloop.models import tokenizer as tok
-from rewardloop.models.pretraining import (IMAGE_SIZE, Recipe, loss_summary, parameter_count, pretrain_vae, to_tensor,
-                                           train_denoiser)
+from rewardloop.models.tiny import clip_tokenizer as tok
+from rewardloop.models.tiny.pretraining import (IMAGE_SIZE, Recipe, loss_summary, parameter_count, pretrain_vae,
+                                                to_tensor, train_denoiser)
 # SD1.5's scheduler settings (v1-5 scheduler_config.json).
 SD15_SCHEDULER = dict(
     num_train_timesteps=1000,
@@ -104,7 +104,7 @@ def build_tiny_sd15(out_dir: str | os.PathLike, progress: bool = True, record: d
                     **recipe) -> dict:
     """Build, pretrain and save the tiny model at ``out_dir`` atomically; return build stats.
 
-    ``recipe``: the fields of :class:`~rewardloop.models.pretraining.Recipe` (seed, steps, rates, ...).
+    ``recipe``: the fields of :class:`~rewardloop.models.tiny.pretraining.Recipe` (seed, steps, rates, ...).
     """
     from diffusers import AutoencoderKL, DDIMScheduler, StableDiffusionPipeline, UNet2DConditionModel
     from transformers import CLIPTextConfig, CLIPTextModel
@@ -154,6 +154,6 @@ def build_tiny_sd15(out_dir: str | os.PathLike, progress: bool = True, record: d
             "wall_s": {"vae": t_vae, "unet_text": t_unet, "total": time.perf_counter() - t0},
             "torch_threads": torch.get_num_threads(),
         }
-        stats.update(record or {})  # what proves the build (models/tiny_builds.py)
+        stats.update(record or {})  # what proves the build (models/tiny/builds.py)
         (tmp / "build_info.json").write_text(json.dumps(stats, indent=2))
     return stats

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import torch
 
-from rewardloop.models import tokenizer as tok
+from rewardloop.models.tiny import clip_tokenizer as tok
 from rewardloop.artifacts import atomic_dir
-from rewardloop.models.tiny_sd15 import SD15_SCHEDULER, VAE_CONFIG
+from rewardloop.models.tiny.sd15 import SD15_SCHEDULER, VAE_CONFIG
 
 TIME_EMBED_DIM = 8
 TEXT_1 = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from rewardloop.models import synthetic
+from rewardloop.models.tiny import synthetic
 
 IMAGE_SIZE = 32
 
@@ -39,7 +39,7 @@ class Recipe:
     num_threads: int | None = None
     pretrain_on: str = "train"
     # Stop each phase after this many optimizer steps, its learning-rate schedule still that of the whole
-    # phase: the first steps of the real build, which a shipped model's proof rebuilds (models/tiny_builds.py)
+    # phase: the first steps of the real build, which a shipped model's proof rebuilds (models/tiny/builds.py)
     stop_after: int | None = None
 
     def phase_steps(self, steps: int) -> range:

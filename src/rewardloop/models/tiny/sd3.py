@@ -1,6 +1,6 @@
 """Build a tiny SD3-family text-to-image model offline, pretrained on the synthetic domain.
 
-The SD3 counterpart of :mod:`rewardloop.models.tiny_sd15`, and built the same way (same synthetic
+The SD3 counterpart of :mod:`rewardloop.models.tiny.sd15`, and built the same way (same synthetic
 images, same offline tokenizer, same autoencoder trainer):
 
 1. a small ``AutoencoderKL`` with SD3's 16 latent channels and no quant convs (32x32 RGB <->
@@ -28,10 +28,10 @@ import torch
 import torch.nn.functional as F
 
 from rewardloop.artifacts import atomic_dir
-from rewardloop.models import tokenizer as tok
-from rewardloop.models.pretraining import (IMAGE_SIZE, Recipe, loss_summary, parameter_count, pretrain_vae,
-                                           recipe_summary, to_tensor, train_denoiser)
-from rewardloop.models.tiny_sd15 import TEXT_CONFIG, VAE_CONFIG
+from rewardloop.models.tiny import clip_tokenizer as tok
+from rewardloop.models.tiny.pretraining import (IMAGE_SIZE, Recipe, loss_summary, parameter_count, pretrain_vae,
+                                                recipe_summary, to_tensor, train_denoiser)
+from rewardloop.models.tiny.sd15 import TEXT_CONFIG, VAE_CONFIG
 
 SCHEDULER = dict(num_train_timesteps=1000, shift=3.0)  # SD3/SD3.5's scheduler_config.json
 SD3_TEXT_CONFIG = {**TEXT_CONFIG, "hidden_size": 32, "intermediate_size": 128, "projection_dim": 32,
@@ -88,7 +88,7 @@ def build_tiny_sd3(out_dir: str | os.PathLike, progress: bool = True, record: di
                    **recipe) -> dict:
     """Build, pretrain and save the tiny SD3 model at ``out_dir`` atomically; return build stats.
 
-    ``recipe``: the fields of :class:`~rewardloop.models.pretraining.Recipe`; ``unet_steps`` /
+    ``recipe``: the fields of :class:`~rewardloop.models.tiny.pretraining.Recipe`; ``unet_steps`` /
     ``unet_lr`` name the denoiser's (here the MMDiT's) pretraining.
     """
     from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel, StableDiffusion3Pipeline
@@ -133,6 +133,6 @@ def build_tiny_sd3(out_dir: str | os.PathLike, progress: bool = True, record: di
             "wall_s": {"vae": t_vae, "transformer_text": t_mmdit, "total": time.perf_counter() - t0},
             "torch_threads": torch.get_num_threads(),
         }
-        stats.update(record or {})  # what proves the build (models/tiny_builds.py)
+        stats.update(record or {})  # what proves the build (models/tiny/builds.py)
         (tmp / "build_info.json").write_text(json.dumps(stats, indent=2))
     return stats
