@@ -17,18 +17,18 @@ slower, never wrong.
 from __future__ import annotations
 
 PER_TEST = 1.0
-SECONDS = {  # measured: CI on a clean clone of 5b00e68, 2 workers (the 10 slowest files); the others estimated below those
-    "tests/workflow/test_crash_resume.py": 637,
-    "tests/workflow/test_recipe_smoke_sd3.py": 600,  # dpo, nft, awm in 2 processes; dgpo (tiny, SD3.5-M), mixgrpo
-    "tests/workflow/test_default_run.py": 393,  # its 3 iterations on the shipped model (the build took 1329 s of it until 2026-12-06)
-    "tests/workflow/test_bad_inputs.py": 388,
-    "tests/workflow/test_multiprocess_training.py": 410,  # + frozen rank, two nodes; the 5 advantage objectives
-    "tests/unit/host/test_cpu_kernels.py": 268,  # two gradient probes under qemu
-    "tests/workflow/test_recipe_smoke_flux.py": 360,  # sft in 2 processes; dgpo, mixgrpo (tiny FLUX.1-dev, schnell)
-    "tests/workflow/test_recipe_smoke_qwen_image.py": 262,  # its recipe and the 6 other objectives
-    "tests/workflow/test_tracking.py": 193,
+SECONDS = {  # measured: CI on a clean clone of b3ef796, 2 workers (the 10 slowest files); the others estimated below those
+    "tests/workflow/test_crash_resume.py": 564,
+    "tests/workflow/test_recipe_smoke_sd3.py": 639,  # dpo, nft, awm in 2 processes; dgpo (tiny, SD3.5-M), mixgrpo
+    "tests/workflow/test_default_run.py": 451,  # its 3 iterations on the shipped model (the build took 1329 s of it until 2026-12-06)
+    "tests/workflow/test_bad_inputs.py": 316,
+    "tests/workflow/test_multiprocess_training.py": 391,  # + frozen rank, two nodes; the 5 advantage objectives
+    "tests/unit/host/test_cpu_kernels.py": 241,  # two gradient probes under qemu
+    "tests/workflow/test_recipe_smoke_flux.py": 374,  # sft in 2 processes; dgpo, mixgrpo (tiny FLUX.1-dev, schnell)
+    "tests/workflow/test_recipe_smoke_qwen_image.py": 209,  # its recipe and the 6 other objectives
+    "tests/workflow/test_tracking.py": 221,
     "tests/workflow/test_gpu_smoke.py": 200,  # gpu_smoke (2 recipes) and gpu_slot (1) at tiny size
-    "tests/workflow/test_recipe_smoke.py": 175,
+    "tests/workflow/test_recipe_smoke.py": 159,
     "tests/workflow/test_workflow.py": 170,
     "tests/workflow/test_experiments.py": 170,
     "tests/workflow/test_workflow_flux.py": 170,

@@ -81,8 +81,10 @@ def family_data(family: str, root: Path = PUBLISHED_DIR) -> dict:
         raise PublishedDataError(f"{path}: cannot read the family's data file ({err.strerror})") from None
     except yaml.YAMLError as err:
         raise PublishedDataError(f"{path}: not valid YAML ({err})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("variants"), dict) or not data["variants"]:
-        raise PublishedDataError(f"{path}: expected a mapping with `variants` (at least one) and `tiny`")
+    if (not isinstance(data, dict) or not isinstance(data.get("variants"), dict) or not data["variants"]
+            or not isinstance(data.get("tiny"), dict)):
+        raise PublishedDataError(f"{path}: expected a mapping with `variants` (at least one) and `tiny` (what a "
+                                 f"tiny replica changes in each config)")
     for name, variant in data["variants"].items():
         missing = [key for key in ("repo", "folders", "weights") if key not in (variant or {})]
         if missing:

@@ -104,6 +104,9 @@ def test_each_family_s_data_file_holds_its_checkpoints_and_a_bad_one_is_named(tm
     (tmp_path / "sd2.yaml").write_text("variants: {base: {repo: a/b}\n")
     with pytest.raises(PublishedDataError, match=r"sd2\.yaml: not valid YAML"):
         family_data("sd2", root=tmp_path)
+    (tmp_path / "sd2.yaml").write_text("variants: {base: {repo: a/b, folders: [sd2_base], weights: {}}}\n")
+    with pytest.raises(PublishedDataError, match=r"sd2\.yaml: expected a mapping with `variants` .* and `tiny`"):
+        family_data("sd2", root=tmp_path)
     (tmp_path / "sd2.yaml").write_text("variants: {base: {repo: a/b, folders: [sd2_base]}}\ntiny: {}\n")
     with pytest.raises(PublishedDataError, match=r"sd2\.yaml: variants\.base lacks weights"):
         family_data("sd2", root=tmp_path)
