@@ -136,7 +136,8 @@ def published_files(family: str, variant: str | None = None, root: Path = PUBLIS
 
 
 def _storage(entry: dict) -> Storage:
-    return Storage(entry["file"], entry["dtype"], bool(entry["fp16_variant"]), int(entry["shards"]), entry.get("shard_size"))
+    return Storage(entry["file"], entry["dtype"], bool(entry["fp16_variant"]), int(entry["shards"]),
+                   entry.get("shard_size"))
 
 
 # Each family's variants: repo, files, weights (component -> Storage) and, where a model card gives them, the
@@ -226,6 +227,14 @@ def _by_family(known: dict[tuple, object]) -> dict[tuple[str, str], object]:
     return {(family, item): value for (family, _, item), value in known.items()}
 
 
+def _grouped(known: dict[tuple, object]) -> dict:
+    """``{(a, item): v}`` -> ``{a: {item: v}}``; ``{(a, b, item): v}`` -> ``{(a, b): {item: v}}``."""
+    grouped: dict = {}
+    for key, value in known.items():
+        grouped.setdefault(key[0] if len(key) == 2 else key[:-1], {})[key[-1]] = value
+    return grouped
+
+
 # Exact parameter counts of the full-size components: of each family's default, and of each variant of the
 # families with several (those are checked against their replica one by one)
 PARAMETERS = _by_family(_known("parameters", default_only=True))
@@ -236,24 +245,18 @@ VARIANT_ROUNDED_PARAMETERS = _known("rounded_parameters", several_variants=True)
 # Byte sizes of the defaults' published weight files: the git-LFS pointers ("size N") in the mirrors. A
 # safetensors file is its tensors (parameter count x bytes per element) plus a JSON header of some kilobytes,
 # which bounds each component's parameter count from both sides.
-LFS_SIZES: dict[str, dict[str, int]] = {}
-for (_family, _path), _size in _by_family(_known("lfs_sizes", default_only=True)).items():
-    LFS_SIZES.setdefault(_family, {})[_path] = _size
+LFS_SIZES: dict[str, dict[str, int]] = _grouped(_by_family(_known("lfs_sizes", default_only=True)))
 # Byte sizes of published single weight files that hold one component: (family, variant, component) ->
 # (file, bytes, bytes per stored value); and the total_size of a shard index (no header: exact)
 FILE_SIZES = _known("file_sizes")
 INDEX_TOTAL_SIZES = _known("index_total_sizes")
 # Byte sizes of the published JSON files where no copy of the file was at hand but the hub tree lists the
 # size: (family, variant) -> {path: bytes}; each file of the checkpoint's folder (as replicas write it) has it
-CONFIG_SIZES: dict[tuple[str, str], dict[str, int]] = {}
-for (_family, _variant, _path), _size in _known("config_sizes").items():
-    CONFIG_SIZES.setdefault((_family, _variant), {})[_path] = _size
+CONFIG_SIZES: dict[tuple[str, str], dict[str, int]] = _grouped(_known("config_sizes"))
 # The git blob ids of the defaults' published JSON files (git ls-tree of the mirrors): the files of
 # families/published/, and a config written from their dicts as json.dumps(d, indent=2) + "\n", reproduce each
 # one byte for byte
-CONFIG_GIT_BLOBS: dict[str, dict[str, str]] = {}
-for (_family, _path), _blob in _by_family(_known("config_git_blobs", default_only=True)).items():
-    CONFIG_GIT_BLOBS.setdefault(_family, {})[_path] = _blob
+CONFIG_GIT_BLOBS: dict[str, dict[str, str]] = _grouped(_by_family(_known("config_git_blobs", default_only=True)))
 
 # The variants' own files by name.
 _SD35_LARGE, _SD35_LARGE_TURBO = VARIANTS["sd3"]["large"]["files"], VARIANTS["sd3"]["large-turbo"]["files"]
